@@ -1,0 +1,1 @@
+"""mxserve.cli (see docs/architecture.md)."""

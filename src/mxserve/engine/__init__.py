@@ -1,0 +1,1 @@
+"""mxserve.engine (see docs/architecture.md)."""

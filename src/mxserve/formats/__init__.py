@@ -1,0 +1,1 @@
+"""mxserve.formats (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""mxserve.model (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""mxserve.server (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""mxserve.testing (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""mxserve.verify (see docs/architecture.md)."""
