@@ -263,6 +263,10 @@ class ModelConfig:
         if not isinstance(raw, dict):
             raise ConfigError(f"config.json: expected a JSON object, got {type(raw).__name__}")
         data = dict(raw)
+        model_type = data.pop("model_type", "deepseek_v4")
+        if model_type != "deepseek_v4":
+            raise ConfigError(f"config.json: model_type={model_type!r} is not 'deepseek_v4'")
+        data.pop("architectures", None)
         kwargs: dict[str, Any] = {}
         field_types = {f.name: f.type for f in fields(cls)}
         for key in _SIMPLE_KEYS:
