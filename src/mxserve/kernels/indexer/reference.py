@@ -1,0 +1,16 @@
+"""Torch reference for the Lightning Indexer's scores (spec §3.4.4).
+
+I[t, s] = Σ_h w[t, h] · ReLU(q[t, h] · k[s]) in fp32. Selection is a separate op
+(`mxserve.kernels.topk`) with the project-wide tie-break (higher score, then lower index);
+the score is exactly 0 whenever every head's dot product is negative, so ties are real.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def indexer_scores_ref(q: torch.Tensor, head_weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """q [T, H, D], head_weights [T, H] (already scaled), keys [N, D] → scores [T, N] fp32."""
+    dots = torch.einsum("thd,nd->thn", q.float(), keys.float())
+    return (torch.relu(dots) * head_weights.float()[:, :, None]).sum(dim=1)

@@ -1,0 +1,20 @@
+"""Linear on full-precision or quantized weights. Backends: "reference" (torch)."""
+
+from __future__ import annotations
+
+import torch
+
+from mxserve.kernels.linear.reference import Weight, dequantized, grouped_linear_ref, linear_ref, weight_shape
+
+_BACKENDS = {"reference": linear_ref}
+
+
+def linear(x: torch.Tensor, weight: Weight, *, quantize_input: bool = False, backend: str = "reference") -> torch.Tensor:
+    try:
+        impl = _BACKENDS[backend]
+    except KeyError:
+        raise ValueError(f"linear: unknown backend {backend!r}; known: {sorted(_BACKENDS)}") from None
+    return impl(x, weight, quantize_input=quantize_input)
+
+
+__all__ = ["Weight", "dequantized", "grouped_linear_ref", "linear", "linear_ref", "weight_shape"]

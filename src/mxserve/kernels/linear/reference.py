@@ -1,0 +1,58 @@
+"""Torch reference for a linear layer on a full-precision or quantized weight (the spec).
+
+y = x · Wᵀ with W dequantized on the fly from its packed form (codes + UE8M0 scales) for this
+call only, so no BF16/FP32 copy of a quantized weight stays resident. With `quantize_input`
+the activation first goes through the FP8 QAT simulation (per token, per 128 channels,
+power-of-two scales) that the faithful numerics apply before every FP8/FP4 GEMM.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mxserve.formats import QuantizedWeight, fake_quant_fp8_pow2
+
+Weight = torch.Tensor | QuantizedWeight
+
+
+def weight_shape(weight: Weight) -> tuple[int, int]:
+    return tuple(weight.shape)  # type: ignore[return-value]
+
+
+def dequantized(weight: Weight) -> torch.Tensor:
+    """fp32 view of a weight for one computation (never cached)."""
+    if isinstance(weight, QuantizedWeight):
+        return weight.dequantize(torch.float32)
+    return weight.float()
+
+
+def linear_ref(x: torch.Tensor, weight: Weight, *, quantize_input: bool = False) -> torch.Tensor:
+    """x [..., in] (any float dtype) · weight [out, in]ᵀ → fp32 [..., out].
+
+    `quantize_input` applies the FP8 activation QAT (block 128) first; it only makes sense for
+    a quantized weight and is ignored for full-precision ones (the release keeps those unquantized).
+    """
+    out_features, in_features = weight_shape(weight)
+    if x.shape[-1] != in_features:
+        raise ValueError(f"linear: {x.shape=} does not match weight in_features={in_features}")
+    if quantize_input and isinstance(weight, QuantizedWeight):
+        x = fake_quant_fp8_pow2(x, block=128)
+    flat = x.reshape(-1, in_features).float()
+    if flat.shape[0] == 0:
+        return flat.new_zeros((*x.shape[:-1], out_features))
+    return (flat @ dequantized(weight).t()).reshape(*x.shape[:-1], out_features)
+
+
+def grouped_linear_ref(x: torch.Tensor, weight: Weight) -> torch.Tensor:
+    """Block-diagonal grouped projection (the attention's wo_a, spec §3.4.6).
+
+    x [T, G, K]; weight [G·R, K] whose rows g·R … (g+1)·R − 1 form group g → fp32 [T, G, R].
+    It is G separate [R, K] matmuls, not one dense (G·K → G·R) product. The release reference
+    runs wo_a on a BF16 copy without activation quantization, so this op has no QAT switch.
+    """
+    num_tokens, groups, in_per_group = x.shape
+    out_rows, in_features = weight_shape(weight)
+    if in_features != in_per_group or out_rows % groups:
+        raise ValueError(f"grouped_linear: {x.shape=} does not fit weight {(out_rows, in_features)} in {groups} groups")
+    w = dequantized(weight).view(groups, out_rows // groups, in_per_group)
+    return torch.einsum("tgk,grk->tgr", x.float(), w)

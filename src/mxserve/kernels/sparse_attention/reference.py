@@ -1,0 +1,56 @@
+"""Torch reference for DeepSeek-V4 sparse attention with a sink over cache slots (spec §3.4.5).
+
+Each query token t attends, with all H heads, to the union of the entries named by its slot
+lists (window slots into the window cache, compressed slots into the compressed cache; −1 =
+no entry). K = V = the full 512-dim entry (NoPE + rotated RoPE channels). Softmax in fp32 with
+the per-head sink: P_j = exp(ℓ_j − M) / (Σ exp(ℓ_j − M) + exp(sink_h − M)). Entries are read
+through each cache's own `read` (its one address function), so the reference exercises the
+real physical layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+
+class SlotReader(Protocol):
+    def read(self, slots: torch.Tensor) -> torch.Tensor:  # [N] int64 → [N, d] fp32 (−1 → zeros)
+        ...
+
+
+_QUERY_CHUNK = 64  # bounds the gathered [chunk, K, d] working set
+
+
+def sparse_attention_ref(
+    q: torch.Tensor,
+    sources: Sequence[tuple[SlotReader, torch.Tensor]],
+    sink: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """q [T, H, d]; sources: (cache, slots [T, K_i] int64, −1 invalid); sink [H] → out fp32 [T, H, d]."""
+    num_tokens = q.shape[0]
+    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    for start in range(0, num_tokens, _QUERY_CHUNK):
+        stop = min(start + _QUERY_CHUNK, num_tokens)
+        kvs, masks = [], []
+        for cache, slots in sources:
+            chunk_slots = slots[start:stop]
+            if chunk_slots.shape[1] == 0:
+                continue
+            entries = cache.read(chunk_slots.reshape(-1)).float()
+            kvs.append(entries.view(stop - start, chunk_slots.shape[1], -1))
+            masks.append(chunk_slots >= 0)
+        if not kvs:
+            continue  # no keys at all: the sink takes all mass, output 0
+        kv = torch.cat(kvs, dim=1)  # [t, K, d]
+        valid = torch.cat(masks, dim=1)  # [t, K]
+        logits = torch.einsum("thd,tkd->thk", q[start:stop].float(), kv) * scale
+        logits = logits.masked_fill(~valid[:, None, :], float("-inf"))
+        sink_logits = sink.float()[None, :, None].expand(stop - start, -1, 1)
+        combined = torch.cat((logits, sink_logits), dim=-1)
+        probs = torch.softmax(combined, dim=-1)[..., :-1]
+        out[start:stop] = torch.einsum("thk,tkd->thd", probs, kv)
+    return out

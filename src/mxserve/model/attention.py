@@ -1,0 +1,153 @@
+"""One DeepSeek-V4 attention block (spec §3.4) over a varlen batch, against paged caches.
+
+Order inside the layer (spec §11): projections → q per-head RMS + RoPE; kv norm + RoPE →
+window cache; compressor rows → emitted entries → compressed cache (and the indexer's own
+compressor → indexer key cache); indexer scores + tie-broken top-k (CSA); sparse attention
+with the sink over window ∪ compressed slots, read back through the caches' address function;
+inverse RoPE on the output; grouped wo_a; wo_b.
+
+Projections run over all tokens of the batch at once; cache writes, selection and attention run
+per sequence chunk, because each sequence has its own block tables and causal sets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mxserve.config import AttentionKind, ModelConfig
+from mxserve.kernels.indexer import indexer_scores_ref
+from mxserve.kernels.linear import Weight, grouped_linear_ref, linear_ref
+from mxserve.kernels.sparse_attention import sparse_attention_ref
+from mxserve.kernels.topk import topk_tiebroken
+from mxserve.model.compressor import CompressorSpec, CompressorWeights, compressor_step
+from mxserve.model.forward_batch import ForwardBatch, SequenceChunk
+from mxserve.model.kv_state import LayerCaches, ModelCacheState, Pool
+from mxserve.model.norms import rms_norm, unweighted_rms_norm
+from mxserve.model.numerics import NumericPolicy
+from mxserve.model.rope import apply_rope
+
+
+@dataclass(frozen=True)
+class IndexerWeights:
+    wq_b: Weight  # [H_I·D_I, q_lora_rank]
+    weights_proj: Weight  # [H_I, D]
+    compressor: CompressorWeights
+
+
+@dataclass(frozen=True)
+class AttentionWeights:
+    wq_a: Weight
+    q_norm: torch.Tensor
+    wq_b: Weight
+    wkv: Weight
+    kv_norm: torch.Tensor
+    wo_a: Weight  # [G·R, H·d/G] block-diagonal groups
+    wo_b: Weight
+    sink: torch.Tensor  # [H] fp32
+    compressor: CompressorWeights | None
+    indexer: IndexerWeights | None
+
+
+@dataclass(frozen=True)
+class LayerContext:
+    config: ModelConfig
+    policy: NumericPolicy
+    layer_id: int
+    kind: AttentionKind
+    inv_freq: torch.Tensor  # this layer's RoPE table
+
+
+def attention_forward(
+    x: torch.Tensor, batch: ForwardBatch, w: AttentionWeights, ctx: LayerContext,
+    caches: LayerCaches, state: ModelCacheState,
+) -> torch.Tensor:
+    """x [T, D] (normed block input, stream dtype) → [T, D] in stream dtype."""
+    cfg, policy = ctx.config, ctx.policy
+    sd, qi = policy.stream_dtype, policy.quantize_gemm_inputs
+    num_tokens, heads, head_dim = x.shape[0], cfg.num_attention_heads, cfg.head_dim
+    positions = batch.positions
+
+    qr = rms_norm(linear_ref(x, w.wq_a, quantize_input=qi).to(sd), w.q_norm, cfg.rms_norm_eps)
+    q = linear_ref(qr, w.wq_b, quantize_input=qi).to(sd).view(num_tokens, heads, head_dim)
+    q = apply_rope(unweighted_rms_norm(q, cfg.rms_norm_eps), positions, ctx.inv_freq)
+    kv = rms_norm(linear_ref(x, w.wkv, quantize_input=qi).to(sd), w.kv_norm, cfg.rms_norm_eps)
+    kv = apply_rope(kv, positions, ctx.inv_freq)
+
+    indexer_q = indexer_w = None
+    if w.indexer is not None:
+        ih, idim = cfg.index_n_heads, cfg.index_head_dim
+        indexer_q = linear_ref(qr, w.indexer.wq_b, quantize_input=qi).to(sd).view(num_tokens, ih, idim)
+        indexer_q = apply_rope(indexer_q, positions, ctx.inv_freq)
+        indexer_w = linear_ref(x, w.indexer.weights_proj) * (idim**-0.5 * ih**-0.5)
+
+    out = torch.empty(num_tokens, heads, head_dim, dtype=torch.float32, device=x.device)
+    for chunk in batch.chunks:
+        rows = slice(chunk.token_offset, chunk.token_offset + chunk.num_tokens)
+        out[rows] = _attend_chunk(
+            chunk, positions[rows], x[rows], q[rows], kv[rows],
+            None if indexer_q is None else indexer_q[rows], None if indexer_w is None else indexer_w[rows],
+            w, ctx, caches, state,
+        )
+    out = apply_rope(out.to(sd), positions, ctx.inv_freq, inverse=True)
+    grouped = grouped_linear_ref(out.reshape(num_tokens, cfg.o_groups, -1), w.wo_a).to(sd)
+    return linear_ref(grouped.flatten(1), w.wo_b, quantize_input=qi).to(sd)
+
+
+def _attend_chunk(
+    chunk: SequenceChunk, positions: torch.Tensor, x: torch.Tensor, q: torch.Tensor, kv: torch.Tensor,
+    indexer_q: torch.Tensor | None, indexer_w: torch.Tensor | None,
+    w: AttentionWeights, ctx: LayerContext, caches: LayerCaches, state: ModelCacheState,
+) -> torch.Tensor:
+    cfg, policy, seq = ctx.config, ctx.policy, chunk.seq_index
+    state.ensure_capacity(seq, chunk.end_pos)
+    caches.window.write(state.slots(Pool.WINDOW, seq, positions), kv)
+
+    window = torch.arange(-cfg.sliding_window + 1, 1, device=positions.device)
+    window_slots = state.slots(Pool.WINDOW, seq, positions[:, None] + window[None, :])  # [T, W]
+    sources = [(caches.window, window_slots)]
+
+    if ctx.kind is not AttentionKind.SLIDING:
+        csa = ctx.kind is AttentionKind.CSA
+        ratio = cfg.compress_rate_csa if csa else cfg.compress_rate_hca
+        entry_pool, state_pool = (Pool.CSA, Pool.CSA_STATE) if csa else (Pool.HCA, Pool.HCA_STATE)
+        compressor_step(
+            x, positions, w.compressor, CompressorSpec(ratio, overlap=csa, dim=cfg.head_dim),
+            state_cache=caches.state, state_slots_of=lambda p: state.slots(state_pool, seq, p),
+            entry_cache=caches.compressed, entry_slots_of=lambda s: state.slots(entry_pool, seq, s),
+            inv_freq=ctx.inv_freq, rms_eps=cfg.rms_norm_eps, out_dtype=policy.stream_dtype,
+            round_pooled_to_bf16=policy.round_compressed_to_bf16,
+        )
+        visible = torch.div(positions + 1, ratio, rounding_mode="floor")  # entries s < visible[t]
+        if csa:
+            entry_ids = _indexer_select(chunk, positions, x, indexer_q, indexer_w, visible, w, ctx, caches, state)
+        else:
+            candidates = torch.arange(int(visible.max()), device=positions.device)
+            entry_ids = torch.where(candidates[None, :] < visible[:, None], candidates[None, :], -1)
+        sources.append((caches.compressed, state.slots(entry_pool, seq, entry_ids)))
+
+    return sparse_attention_ref(q, sources, w.sink, cfg.head_dim**-0.5)
+
+
+def _indexer_select(
+    chunk: SequenceChunk, positions: torch.Tensor, x: torch.Tensor, indexer_q: torch.Tensor, indexer_w: torch.Tensor,
+    visible: torch.Tensor, w: AttentionWeights, ctx: LayerContext, caches: LayerCaches, state: ModelCacheState,
+) -> torch.Tensor:
+    """Run the indexer's compressor, score the causal candidates, pick the tie-broken top-k."""
+    cfg, policy, seq = ctx.config, ctx.policy, chunk.seq_index
+    compressor_step(
+        x, positions, w.indexer.compressor, CompressorSpec(cfg.compress_rate_csa, overlap=True, dim=cfg.index_head_dim),
+        state_cache=caches.indexer_state, state_slots_of=lambda p: state.slots(Pool.INDEXER_STATE, seq, p),
+        entry_cache=caches.indexer, entry_slots_of=lambda s: state.slots(Pool.INDEXER, seq, s),
+        inv_freq=ctx.inv_freq, rms_eps=cfg.rms_norm_eps, out_dtype=policy.stream_dtype,
+        round_pooled_to_bf16=policy.round_compressed_to_bf16,
+    )
+    num_entries = int(visible.max())
+    if num_entries == 0:
+        return torch.empty(positions.shape[0], 0, dtype=torch.int64, device=positions.device)
+    all_ids = torch.arange(num_entries, device=positions.device)
+    keys = caches.indexer.read(state.slots(Pool.INDEXER, seq, all_ids))
+    scores = indexer_scores_ref(indexer_q, indexer_w, keys)  # [T, N]
+    k = min(cfg.index_topk, num_entries)
+    return topk_tiebroken(scores, k, num_valid=visible)

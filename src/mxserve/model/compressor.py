@@ -1,0 +1,93 @@
+"""The compressor step of a CSA/HCA layer (spec §3.4.3) and of a CSA indexer (§3.4.4).
+
+Per token it stores one fp32 state row `[a_t | z_t + ape[p mod m]]` at the token's position
+(state cache, slot per position). When the token at position m·s + m − 1 is processed, entry s
+is emitted by pooling the rows of its receptive field: HCA (no overlap) the m rows of window s;
+CSA (overlap) the previous window's A halves then window s's B halves (2m rows; rows before
+position 0 are absent: logit −inf, value 0). The pooled vector is RMS-normed, rotated at
+position m·s (the window's FIRST token) with the compress table, and written to the entry cache.
+
+Rows are stored before any entry is pooled, and pooling reads them back from the state cache,
+so a chunk boundary anywhere gives the same entries as one long prefill (spec §12 item 20).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mxserve.kernels.compressor import compress_pool_ref
+from mxserve.kernels.linear import Weight, linear_ref
+from mxserve.model.norms import rms_norm
+from mxserve.model.rope import apply_rope
+
+
+@dataclass(frozen=True)
+class CompressorWeights:
+    wkv: Weight  # [c·d, D]
+    wgate: Weight  # [c·d, D]
+    ape: torch.Tensor  # [m, c·d] fp32 position bias added to the gate logits
+    norm: torch.Tensor  # [d]
+
+
+@dataclass(frozen=True)
+class CompressorSpec:
+    ratio: int  # m
+    overlap: bool  # CSA-style overlapping windows (c = 2) vs HCA (c = 1)
+    dim: int  # d, the entry width
+
+    @property
+    def width(self) -> int:  # c·d
+        return (2 if self.overlap else 1) * self.dim
+
+
+def compressor_step(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    weights: CompressorWeights,
+    spec: CompressorSpec,
+    *,
+    state_cache,
+    state_slots_of,
+    entry_cache,
+    entry_slots_of,
+    inv_freq: torch.Tensor,
+    rms_eps: float,
+    out_dtype: torch.dtype,
+    round_pooled_to_bf16: bool,
+) -> None:
+    """Process one sequence chunk: x [T, D] (normed block input), positions [T] contiguous.
+
+    `state_slots_of(pos [N]) -> slots [N]`, `entry_slots_of(s [N]) -> slots [N]` map this
+    sequence's positions/entries to global cache slots (−1 for negative indices).
+    """
+    m, d, width = spec.ratio, spec.dim, spec.width
+    a = linear_ref(x, weights.wkv)  # fp32 [T, c·d] (the release computes these in fp32)
+    z = linear_ref(x, weights.wgate) + weights.ape.float()[positions.remainder(m)]
+    state_cache.write(state_slots_of(positions), torch.cat((a, z), dim=-1))
+
+    completes = (positions + 1).remainder(m) == 0
+    entry_ids = torch.div(positions[completes] + 1, m, rounding_mode="floor") - 1  # [E]
+    if entry_ids.numel() == 0:
+        return
+    window = torch.arange(m, device=positions.device)
+    current = entry_ids[:, None] * m + window[None, :]  # [E, m] positions of window s
+    if spec.overlap:
+        row_positions = torch.cat((current - m, current), dim=1)  # [E, 2m]
+    else:
+        row_positions = current
+    rows = state_cache.read(state_slots_of(row_positions.reshape(-1))).view(*row_positions.shape, 2 * width)
+    values, logits = rows[..., :width], rows[..., width:]
+    if spec.overlap:  # previous window's A halves, current window's B halves
+        values = torch.cat((values[:, :m, :d], values[:, m:, d:]), dim=1)
+        logits = torch.cat((logits[:, :m, :d], logits[:, m:, d:]), dim=1)
+    absent = (row_positions < 0)[..., None]
+    values = values.masked_fill(absent, 0.0)
+    logits = logits.masked_fill(absent, float("-inf"))
+    pooled = compress_pool_ref(values, logits)  # fp32 [E, d]
+    if round_pooled_to_bf16:
+        pooled = pooled.to(torch.bfloat16)
+    entries = rms_norm(pooled.to(out_dtype), weights.norm, rms_eps)
+    entries = apply_rope(entries, entry_ids * m, inv_freq)
+    entry_cache.write(entry_slots_of(entry_ids), entries)

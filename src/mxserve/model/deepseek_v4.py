@@ -1,0 +1,122 @@
+"""The DeepSeek-V4 reference model: the whole forward of spec §3 on a varlen batch.
+
+`DeepseekV4Model(config, weights, numerics)` binds a loaded checkpoint (release names, quantized
+linears kept packed) to the math; `forward(batch, cache_state)` runs one step — a prefill, a
+prefill chunk or a decode, for any number of sequences at once — writing every layer's caches
+and returning fp32 logits for the requested rows. MTP/DSpark weights may be present in the
+mapping; they are not used here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from mxserve.config import AttentionKind, ModelConfig
+from mxserve.formats import QuantizedWeight
+from mxserve.kernels.linear import linear_ref
+from mxserve.kernels.moe import ExpertWeights
+from mxserve.model.attention import AttentionWeights, IndexerWeights, LayerContext, attention_forward
+from mxserve.model.compressor import CompressorWeights
+from mxserve.model.forward_batch import ForwardBatch
+from mxserve.model.hyper_connection import HyperConnectionWeights, hc_head, hc_post, hc_pre
+from mxserve.model.kv_state import ModelCacheState
+from mxserve.model.moe import MoEWeights, moe_forward
+from mxserve.model.norms import rms_norm
+from mxserve.model.numerics import KVCacheDtype, NumericMode, NumericPolicy
+from mxserve.model.rope import RopeTables
+from mxserve.model.weights import WeightStore
+
+
+class DeepseekV4Model:
+    def __init__(
+        self,
+        config: ModelConfig,
+        weights: Mapping[str, torch.Tensor | QuantizedWeight],
+        *,
+        numerics: NumericMode | str = NumericMode.FAITHFUL,
+        kv_cache_dtype: KVCacheDtype | str | None = None,
+    ) -> None:
+        self.config = config
+        self.policy = NumericPolicy.for_mode(numerics, kv_cache_dtype)
+        self.rope = RopeTables(config)
+        store = WeightStore(weights)
+        self.embed = store.tensor("embed.weight")
+        self.head = store.linear("head")
+        self.final_norm = store.tensor("norm.weight")
+        self.hc_head_weights = (store.tensor("hc_head_fn"), store.tensor("hc_head_base"), store.tensor("hc_head_scale"))
+        self.layers = [self._bind_layer(store, i) for i in range(config.num_hidden_layers)]
+
+    # ------------------------------------------------------------------ weights
+    def _bind_layer(self, store: WeightStore, i: int):
+        cfg, p = self.config, f"layers.{i}."
+        kind = cfg.attention_kind(i)
+
+        def hc(site: str) -> HyperConnectionWeights:
+            return HyperConnectionWeights(
+                store.tensor(f"{p}hc_{site}_fn"), store.tensor(f"{p}hc_{site}_base"), store.tensor(f"{p}hc_{site}_scale")
+            )
+
+        def compressor(q: str) -> CompressorWeights:
+            return CompressorWeights(
+                store.linear(f"{q}wkv"), store.linear(f"{q}wgate"), store.tensor(f"{q}ape"), store.tensor(f"{q}norm.weight")
+            )
+
+        def expert(q: str) -> ExpertWeights:
+            return ExpertWeights(store.linear(f"{q}w1"), store.linear(f"{q}w2"), store.linear(f"{q}w3"))
+
+        a = f"{p}attn."
+        attention = AttentionWeights(
+            wq_a=store.linear(f"{a}wq_a"), q_norm=store.tensor(f"{a}q_norm.weight"), wq_b=store.linear(f"{a}wq_b"),
+            wkv=store.linear(f"{a}wkv"), kv_norm=store.tensor(f"{a}kv_norm.weight"), wo_a=store.linear(f"{a}wo_a"),
+            wo_b=store.linear(f"{a}wo_b"), sink=store.tensor(f"{a}attn_sink"),
+            compressor=compressor(f"{a}compressor.") if kind is not AttentionKind.SLIDING else None,
+            indexer=IndexerWeights(
+                store.linear(f"{a}indexer.wq_b"), store.linear(f"{a}indexer.weights_proj"),
+                compressor(f"{a}indexer.compressor."),
+            ) if kind is AttentionKind.CSA else None,
+        )
+        f = f"{p}ffn."
+        is_hash = cfg.is_hash_layer(i)
+        moe = MoEWeights(
+            gate=store.tensor(f"{f}gate.weight"),
+            bias=None if is_hash else store.tensor(f"{f}gate.bias"),
+            tid2eid=store.tensor(f"{f}gate.tid2eid") if is_hash else None,
+            experts=tuple(expert(f"{f}experts.{e}.") for e in range(cfg.n_routed_experts)),
+            shared=expert(f"{f}shared_experts.") if cfg.n_shared_experts else None,
+        )
+        return (
+            hc("attn"), store.tensor(f"{p}attn_norm.weight"), attention,
+            hc("ffn"), store.tensor(f"{p}ffn_norm.weight"), moe,
+            LayerContext(cfg, self.policy, i, kind, self.rope.for_kind(kind)),
+        )
+
+    # ------------------------------------------------------------------ forward
+    def new_cache_state(self, *, max_sequences: int, max_positions: int, block_size: int = 64,
+                        device: torch.device | str = "cpu") -> ModelCacheState:
+        return ModelCacheState(self.config, self.policy, max_sequences=max_sequences, max_positions=max_positions,
+                               block_size=block_size, device=device)
+
+    @torch.no_grad()
+    def forward(self, batch: ForwardBatch, state: ModelCacheState) -> torch.Tensor:
+        """One step over `batch`; returns fp32 logits [L, vocab] for batch.logits_rows (or every row)."""
+        cfg, sd = self.config, self.policy.stream_dtype
+        if batch.num_tokens == 0:
+            return torch.zeros(0, cfg.vocab_size)
+        if int(batch.token_ids.max()) >= cfg.vocab_size or int(batch.token_ids.min()) < 0:
+            raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); got {batch.token_ids.min()}..{batch.token_ids.max()}")
+        hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
+        streams = self.embed[batch.token_ids].to(sd)[:, None, :].expand(-1, cfg.hc_mult, -1).contiguous()
+        for hc_attn, attn_norm, attention, hc_ffn, ffn_norm, moe, ctx in self.layers:
+            block_in, post, comb = hc_pre(streams, hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
+            out = attention_forward(rms_norm(block_in, attn_norm, cfg.rms_norm_eps), batch, attention, ctx,
+                                    state.layers[ctx.layer_id], state)
+            streams = hc_post(out, streams, post, comb)
+            block_in, post, comb = hc_pre(streams, hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
+            out = moe_forward(rms_norm(block_in, ffn_norm, cfg.rms_norm_eps), batch.token_ids, moe, cfg, self.policy)
+            streams = hc_post(out, streams, post, comb)
+        if batch.logits_rows is not None:
+            streams = streams[batch.logits_rows]
+        hidden = rms_norm(hc_head(streams, *self.hc_head_weights, **hc_args), self.final_norm, cfg.rms_norm_eps)
+        return linear_ref(hidden, self.head)

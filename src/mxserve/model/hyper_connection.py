@@ -1,0 +1,62 @@
+"""Manifold-constrained hyper-connections (mHC, spec §3.3 and §3.6), all mixing math in fp32.
+
+The residual is `hc_mult` parallel streams [T, hc, D]. Before a block, `hc_pre` collapses them
+into the block input with learned per-token weights and also returns `post` (how the block output
+is spread back) and `comb` (a Sinkhorn-normalised hc×hc mix of the old streams). `hc_post`
+applies them: X'_j = post_j·F + Σ_i comb_ij·X_i — a sum over the FIRST index (combᵀ @ X);
+comb is doubly stochastic but not symmetric, so the transpose matters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class HyperConnectionWeights:
+    fn: torch.Tensor  # [(2 + hc) * hc, hc * D] fp32
+    base: torch.Tensor  # [(2 + hc) * hc] fp32
+    scale: torch.Tensor  # [3] fp32
+
+
+def _mixes(streams: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor:
+    flat = streams.flatten(1).float()  # [T, hc*D]
+    rho = torch.rsqrt(flat.square().mean(-1, keepdim=True) + eps)
+    return (flat * rho) @ fn.float().t()
+
+
+def hc_pre(
+    streams: torch.Tensor, w: HyperConnectionWeights, *, hc_eps: float, rms_eps: float, sinkhorn_iters: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """streams [T, hc, D] → (block input [T, D] in streams' dtype, post [T, hc], comb [T, hc, hc]) fp32."""
+    hc = streams.shape[1]
+    m = _mixes(streams, w.fn, rms_eps)
+    pre_m, post_m, comb_m = m.split([hc, hc, hc * hc], dim=-1)
+    pre_b, post_b, comb_b = w.base.float().split([hc, hc, hc * hc])
+    scale = w.scale.float()
+    pre = torch.sigmoid(pre_m * scale[0] + pre_b) + hc_eps
+    post = 2 * torch.sigmoid(post_m * scale[1] + post_b)
+    comb = torch.softmax((comb_m * scale[2] + comb_b).view(-1, hc, hc), dim=-1) + hc_eps
+    comb = comb / (comb.sum(dim=-2, keepdim=True) + hc_eps)  # column normalise once
+    for _ in range(sinkhorn_iters - 1):
+        comb = comb / (comb.sum(dim=-1, keepdim=True) + hc_eps)  # rows
+        comb = comb / (comb.sum(dim=-2, keepdim=True) + hc_eps)  # columns
+    block_input = (pre.unsqueeze(-1) * streams.float()).sum(dim=1).to(streams.dtype)
+    return block_input, post, comb
+
+
+def hc_post(block_out: torch.Tensor, streams: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
+    """X'_j = post_j · F + Σ_i comb_ij · X_i (fp32 math, streams' dtype out)."""
+    mixed = torch.einsum("tij,tid->tjd", comb, streams.float())
+    return (post.unsqueeze(-1) * block_out.float().unsqueeze(1) + mixed).to(streams.dtype)
+
+
+def hc_head(
+    streams: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, *, hc_eps: float, rms_eps: float
+) -> torch.Tensor:
+    """The final collapse (HyperHead): pre weights only, no Sinkhorn, no post."""
+    m = _mixes(streams, fn, rms_eps)
+    pre = torch.sigmoid(m * scale.float()[0] + base.float()) + hc_eps
+    return (pre.unsqueeze(-1) * streams.float()).sum(dim=1).to(streams.dtype)

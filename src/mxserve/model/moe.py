@@ -1,0 +1,41 @@
+"""The MoE block of a layer (spec §3.5): router, routed experts, shared expert.
+
+Hash layers route by `tid2eid[token_id]`; learned layers by the top-k of sqrt-softplus scores
+plus the selection-only bias. The shared expert uses the same clamped SwiGLU with weight 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mxserve.config import ModelConfig
+from mxserve.kernels.moe import ExpertWeights, expert_ffn_ref, moe_experts_ref, route_ref
+from mxserve.model.numerics import NumericPolicy
+
+
+@dataclass(frozen=True)
+class MoEWeights:
+    gate: torch.Tensor  # [E, D]
+    bias: torch.Tensor | None  # [E] fp32, learned layers
+    tid2eid: torch.Tensor | None  # [V, k] int64, hash layers
+    experts: tuple[ExpertWeights, ...]
+    shared: ExpertWeights | None
+
+
+def moe_forward(
+    x: torch.Tensor, token_ids: torch.Tensor, w: MoEWeights, config: ModelConfig, policy: NumericPolicy
+) -> torch.Tensor:
+    """x [T, D] (normed, stream dtype), token_ids [T] → [T, D] stream dtype."""
+    weights, expert_ids = route_ref(
+        x, w.gate, top_k=config.num_experts_per_tok, routed_scaling=config.routed_scaling_factor,
+        bias=w.bias, tid2eid=w.tid2eid, token_ids=token_ids,
+    )
+    qi, sd = policy.quantize_gemm_inputs, policy.stream_dtype
+    out = moe_experts_ref(
+        x, expert_ids, weights, w.experts, limit=config.swiglu_limit, quantize_inputs=qi, hidden_dtype=sd
+    )
+    if w.shared is not None:
+        out = out + expert_ffn_ref(x, w.shared, limit=config.swiglu_limit, quantize_inputs=qi, hidden_dtype=sd)
+    return out.to(sd)
