@@ -97,7 +97,9 @@ def test_many_random_heavy_tie_cases_match_brute_force(backend):
 @settings(max_examples=150, deadline=None)
 @given(
     rows=st.lists(
-        st.lists(st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5, float("inf"), float("-inf")]), min_size=0, max_size=12),
+        st.lists(
+            st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5, float("inf"), float("-inf")]), min_size=0, max_size=12
+        ),
         min_size=1,
         max_size=4,
     ).filter(lambda r: len({len(x) for x in r}) == 1),
@@ -108,5 +110,7 @@ def test_hypothesis_matches_brute_force(backend, rows, k, data):
     c = len(rows[0])
     valid = [data.draw(st.lists(st.booleans(), min_size=c, max_size=c)) for _ in rows]
     scores = torch.tensor(rows, dtype=torch.float32).reshape(len(rows), c)
-    got = topk_tiebroken(scores, k, valid_mask=torch.tensor(valid, dtype=torch.bool).reshape(len(rows), c), backend=backend)
+    got = topk_tiebroken(
+        scores, k, valid_mask=torch.tensor(valid, dtype=torch.bool).reshape(len(rows), c), backend=backend
+    )
     assert got.tolist() == brute_force(rows, k, valid)

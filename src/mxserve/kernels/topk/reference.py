@@ -23,12 +23,16 @@ def candidate_mask(
     valid = torch.ones(n, c, dtype=torch.bool, device=scores.device)
     if valid_mask is not None:
         if tuple(valid_mask.shape) != (n, c) or valid_mask.dtype != torch.bool:
-            raise ValueError(f"valid_mask must be bool [{n}, {c}], got {valid_mask.dtype} {tuple(valid_mask.shape)}")
+            raise ValueError(
+                f"valid_mask must be bool [{n}, {c}], got {valid_mask.dtype} {tuple(valid_mask.shape)}"
+            )
         valid &= valid_mask.to(scores.device)
     if num_valid is not None:
         num_valid = torch.as_tensor(num_valid, device=scores.device)
         if tuple(num_valid.shape) != (n,) or num_valid.dtype.is_floating_point:
-            raise ValueError(f"num_valid must be an integer tensor [{n}], got {num_valid.dtype} {tuple(num_valid.shape)}")
+            raise ValueError(
+                f"num_valid must be an integer tensor [{n}], got {num_valid.dtype} {tuple(num_valid.shape)}"
+            )
         valid &= torch.arange(c, device=scores.device)[None, :] < num_valid[:, None]
     return valid
 

@@ -1,0 +1,48 @@
+"""Byte-level gather/scatter on a flat uint8 cache buffer, and the write-batch slot checks.
+
+Private helpers shared by the paged caches: they move whole byte runs at offsets computed by
+`PageLayout.addresses`, vectorised (one index tensor, no per-entry Python loop). They know
+nothing about what the bytes mean.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mxserve.kernels.cache.page_layout import INVALID_SLOT
+
+
+def gather_bytes(buffer: torch.Tensor, offsets: torch.Tensor, width: int) -> torch.Tensor:
+    """Bytes `buffer[o : o + width]` for each offset o.
+
+    buffer: uint8 [num_bytes] (flat). offsets: int64 [N], all valid (>= 0).
+    Returns a fresh contiguous uint8 [N, width] (so callers may `.view()` it as wider dtypes).
+    """
+    index = offsets[:, None] + torch.arange(width, device=buffer.device, dtype=torch.int64)
+    return buffer[index]
+
+
+def scatter_bytes(buffer: torch.Tensor, offsets: torch.Tensor, values: torch.Tensor) -> None:
+    """Write `values[i]` (uint8 [N, width]) to `buffer[offsets[i] : offsets[i] + width]` in place.
+
+    Offsets must be valid and the byte runs must not overlap (distinct slots guarantee that).
+    """
+    width = values.shape[-1]
+    index = offsets[:, None] + torch.arange(width, device=buffer.device, dtype=torch.int64)
+    buffer.index_put_((index.reshape(-1),), values.reshape(-1))
+
+
+def check_unique_slots(slots: torch.Tensor) -> None:
+    """Raise ValueError if a valid slot (!= -1) occurs more than once in one write.
+
+    Why an error and not last-writer-wins: a duplicate slot in one batch is always an upstream
+    bug (the same position inserted twice, spec §12 item 20), and a parallel GPU writer cannot
+    order duplicate writes cheaply. Overwriting a slot in a *later* write call is fine.
+    """
+    valid = slots[slots != INVALID_SLOT]
+    if valid.numel() < 2:
+        return
+    uniq, counts = torch.unique(valid, return_counts=True)
+    if bool((counts > 1).any()):
+        dup = uniq[counts > 1][0].item()
+        raise ValueError(f"slot {dup} is written more than once in one write call (duplicates are an error)")
