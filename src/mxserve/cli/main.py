@@ -1,0 +1,28 @@
+"""The `mxserve` command line: one typer app, one small module per command."""
+
+from __future__ import annotations
+
+import typer
+
+from mxserve.cli.convert_cmd import convert
+from mxserve.cli.inspect_cmd import inspect
+from mxserve.cli.random_cmd import random_checkpoint_cmd
+
+app = typer.Typer(
+    name="mxserve",
+    help="DeepSeek-V4 in its release formats (MXFP4, FP8 block-scaled) on hardware without native FP4/FP8.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command("inspect")(inspect)
+app.command("convert")(convert)
+app.command("random-checkpoint")(random_checkpoint_cmd)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
