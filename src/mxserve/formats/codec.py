@@ -18,6 +18,8 @@ Encode contract (all formats):
   domain, so between 2^e and 2^(e+1) the tie 1.5 * 2^e and everything above it round up (the even
   neighbour of a tie is always the larger one; this is also what ml_dtypes does). Zero and values
   below 2^-128 become code 0 (2^-127, the smallest value); negative input raises ValueError.
+  Rounding is in the linear domain for float32-subnormal input too (1.4 * 2^-127 -> 2^-127);
+  ml_dtypes 0.6 rounds those on the bit pattern instead (1.4 * 2^-127 -> 2^-126).
 * INT8: round half to even, saturate to [-127, 127] (symmetric), two's complement byte.
 * E2M1 codes are one per byte in the low 4 bits (high bits zero); decode reads only the low 4 bits.
 """
@@ -86,6 +88,7 @@ def _round_magnitude(a: torch.Tensor, fmt: FloatFormat) -> tuple[torch.Tensor, t
     """
     _, k = torch.frexp(a)  # a = f * 2^k with f in [0.5, 1), so floor(log2 a) = k - 1
     e = (k.to(torch.int32) - 1).clamp(min=fmt.min_exponent)
+    e = torch.where(a == 0, fmt.min_exponent, e)  # frexp(0) reports exponent 0, not -inf
     # a * 2^-(e - m) is exact (a power-of-two scaling of a value that stays normal), and torch.round
     # rounds half to even.
     n = torch.round(a * exp2_int(fmt.mantissa_bits - e, a.dtype))

@@ -26,7 +26,7 @@ def assert_tensors_equal(
         a, e = a.to(torch.float64), e.to(torch.float64)
         same = (a == e) | (torch.isnan(a) & torch.isnan(e))
         if signed_zeros:
-            same &= torch.signbit(a) == torch.signbit(e)
+            same &= (a != 0) | (torch.signbit(a) == torch.signbit(e))
     else:
         same = a.to(torch.int64) == e.to(torch.int64)
     if not bool(same.all()):
