@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import ml_dtypes
@@ -64,7 +65,9 @@ def finite_codes(fmt: FloatFormat) -> list[int]:
 @pytest.mark.parametrize("fmt", FLOAT_FORMATS, ids=str)
 def test_decode_every_code_matches_ml_dtypes(fmt):
     codes = all_codes(fmt)
-    assert_tensors_equal(decode(codes, fmt), ml_decode(codes.numpy(), fmt), f"decode {fmt}", signed_zeros=True)
+    assert_tensors_equal(
+        decode(codes, fmt), ml_decode(codes.numpy(), fmt), f"decode {fmt}", signed_zeros=True
+    )
 
 
 @pytest.mark.parametrize("fmt", list(TORCH_DTYPES), ids=str)
@@ -86,7 +89,11 @@ def test_e2m1_every_code_in_both_nibbles():
     assert_tensors_equal(pairs[:, 1], high, "odd column (high nibble)", signed_zeros=True)
     # and ml_dtypes' own e2m1 codes equal ours one per byte
     values = ml_decode(np.arange(16), E2M1)
-    assert_tensors_equal(pack_e2m1(encode(values, E2M1)).view(-1), torch.tensor([0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE], dtype=torch.uint8), "packed table")
+    assert_tensors_equal(
+        pack_e2m1(encode(values, E2M1)).view(-1),
+        torch.tensor([0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE], dtype=torch.uint8),
+        "packed table",
+    )
 
 
 def test_e2m1_matches_spec_table():
@@ -105,7 +112,9 @@ def test_descriptor_max_and_nan_code_agree_with_table(fmt):
     finite = values[torch.isfinite(values)]
     assert float(finite.max()) == fmt.max_finite, (float(finite.max()), fmt.max_finite)
     if fmt.nan_code is not None:
-        assert math.isnan(float(values[fmt.nan_code])), f"{fmt} nan_code {fmt.nan_code:#x} decodes to {values[fmt.nan_code]}"
+        assert math.isnan(float(values[fmt.nan_code])), (
+            f"{fmt} nan_code {fmt.nan_code:#x} decodes to {values[fmt.nan_code]}"
+        )
         assert ml_encode(np.array([np.nan], np.float32), fmt)[0] == fmt.nan_code
 
 
@@ -128,7 +137,9 @@ def random_in_range(fmt: FloatFormat, n: int, seed: int) -> np.ndarray:
     x = x.astype(np.float32)
     keep = np.abs(x) <= fmt.max_finite
     if fmt is UE8M0:
-        keep &= np.abs(x) >= 2.0**-126  # ml_dtypes rounds float32 subnormals on bits: see test_ue8m0_rounding_rules
+        keep &= (
+            np.abs(x) >= 2.0**-126
+        )  # ml_dtypes rounds float32 subnormals on bits: see test_ue8m0_rounding_rules
     return x[keep]
 
 
@@ -142,8 +153,9 @@ def test_encode_matches_ml_dtypes_on_random_values(fmt):
 def test_encode_matches_ml_dtypes_on_ties_and_their_neighbours(fmt):
     values = sorted({code_value(c, fmt) for c in finite_codes(fmt)})
     positive = [v for v in values if v >= 0]
-    mids = np.array([(a + b) / 2 for a, b in zip(positive, positive[1:], strict=False)], np.float32)
-    assert np.all(mids.astype(np.float64) == [(a + b) / 2 for a, b in zip(positive, positive[1:], strict=False)])
+    exact_mids = [(a + b) / 2 for a, b in itertools.pairwise(positive)]
+    mids = np.array(exact_mids, np.float32)
+    assert np.all(mids.astype(np.float64) == exact_mids), "midpoints must be exact in float32"
     up = np.nextafter(mids, np.float32(np.inf))
     down = np.nextafter(mids, np.float32(0))
     probes = np.concatenate([mids, up, down])
@@ -159,7 +171,11 @@ def test_encode_matches_ml_dtypes_on_ties_and_their_neighbours(fmt):
     if fmt.mantissa_bits:
         assert bool((tie_codes % 2 == 0).all()), f"{fmt}: odd code at a tie: {tie_codes.tolist()}"
     else:
-        assert_tensors_equal(tie_codes, lower[1:].to(torch.int32) if fmt is not UE8M0 else lower.to(torch.int32) + 1, "ue8m0 ties up")
+        assert_tensors_equal(
+            tie_codes,
+            lower[1:].to(torch.int32) if fmt is not UE8M0 else lower.to(torch.int32) + 1,
+            "ue8m0 ties up",
+        )
     assert_tensors_equal(ours[n : 2 * n].to(torch.int32), lower.to(torch.int32) + 1, f"{fmt} just above tie")
     assert_tensors_equal(ours[2 * n : 3 * n], lower, f"{fmt} just below tie")
 
@@ -204,7 +220,22 @@ def test_ue8m0_rounding_rules():
     # linear-domain RNE: 1.5 * 2^e (the tie) and above round up; zero and underflow -> code 0 (2^-127);
     # float32-subnormal input rounds by value (1.4 * 2^-127 -> code 0, 1.6 * 2^-127 -> code 1)
     x = torch.tensor(
-        [1.0, 1.4, 1.5, 3.0, 0.75, 0.0, 2.0**-127, 2.0**-130, 2.0**127, 1e38, 1.3e38, 0.7, 1.4 * 2.0**-127, 1.6 * 2.0**-127]
+        [
+            1.0,
+            1.4,
+            1.5,
+            3.0,
+            0.75,
+            0.0,
+            2.0**-127,
+            2.0**-130,
+            2.0**127,
+            1e38,
+            1.3e38,
+            0.7,
+            1.4 * 2.0**-127,
+            1.6 * 2.0**-127,
+        ]
     )
     expected = [127, 127, 128, 129, 127, 0, 0, 0, 254, 253, 254, 126, 0, 1]
     assert encode(x, UE8M0).tolist() == expected
@@ -239,5 +270,7 @@ def test_round_to_format_equals_decode_of_encode(fmt):
     x = torch.from_numpy(random_in_range(fmt, 50_000, seed=3)) * 1.3  # some beyond max too
     # FNUZ has no -0 code, so only there the value-domain -0 and the decoded +0 differ in sign
     signed = fmt is not E4M3FNUZ
-    assert_tensors_equal(round_to_format(x, fmt), decode(encode(x, fmt), fmt), f"round_to_format {fmt}", signed_zeros=signed)
+    assert_tensors_equal(
+        round_to_format(x, fmt), decode(encode(x, fmt), fmt), f"round_to_format {fmt}", signed_zeros=signed
+    )
     assert torch.isnan(round_to_format(torch.tensor([math.nan]), fmt)).all()

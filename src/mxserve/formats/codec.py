@@ -60,7 +60,9 @@ def code_value(code: int, fmt: FloatFormat) -> float:
 @functools.lru_cache(maxsize=64)
 def decode_table(fmt: FloatFormat, device: torch.device) -> torch.Tensor:
     """float32 [num_codes] table of every code's value (cached per format and device)."""
-    return torch.tensor([code_value(c, fmt) for c in range(fmt.num_codes)], dtype=torch.float32, device=device)
+    return torch.tensor(
+        [code_value(c, fmt) for c in range(fmt.num_codes)], dtype=torch.float32, device=device
+    )
 
 
 def decode(codes: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:

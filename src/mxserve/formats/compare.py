@@ -38,7 +38,9 @@ def assert_tensors_equal(
         )
 
 
-def assert_within(actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor, what: str = "tensor") -> None:
+def assert_within(
+    actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor, what: str = "tensor"
+) -> None:
     """Raise AssertionError unless |actual - expected| <= bound elementwise (float64 arithmetic)."""
     if tuple(actual.shape) != tuple(expected.shape):
         raise AssertionError(f"{what}: shape {tuple(actual.shape)} != expected {tuple(expected.shape)}")

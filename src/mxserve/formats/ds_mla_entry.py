@@ -38,7 +38,9 @@ DS_MLA_AMAX_FLOOR = 1e-4
 def bf16_to_le_bytes(x: torch.Tensor) -> torch.Tensor:
     """BF16 [..., n] -> uint8 [..., 2n], little-endian (independent of the host's byte order)."""
     bits = x.to(torch.bfloat16).view(torch.int16).to(torch.int32) & 0xFFFF
-    return torch.stack((bits & 0xFF, bits >> 8), dim=-1).reshape(*x.shape[:-1], 2 * x.shape[-1]).to(torch.uint8)
+    return (
+        torch.stack((bits & 0xFF, bits >> 8), dim=-1).reshape(*x.shape[:-1], 2 * x.shape[-1]).to(torch.uint8)
+    )
 
 
 def le_bytes_to_bf16(b: torch.Tensor) -> torch.Tensor:
@@ -74,7 +76,9 @@ def decode_ds_mla_parts(data: torch.Tensor, scales: torch.Tensor) -> torch.Tenso
     _check_last_dim(data, DS_MLA_DATA_BYTES, "ds_mla data")
     _check_last_dim(scales, DS_MLA_SCALE_BYTES, "ds_mla scales")
     if data.shape[:-1] != scales.shape[:-1]:
-        raise ValueError(f"ds_mla data/scales leading dims differ: {tuple(data.shape)} vs {tuple(scales.shape)}")
+        raise ValueError(
+            f"ds_mla data/scales leading dims differ: {tuple(data.shape)} vs {tuple(scales.shape)}"
+        )
     lead = data.shape[:-1]
     nope = decode(data[..., :DS_MLA_NOPE_DIM], E4M3FN).reshape(*lead, DS_MLA_NUM_GROUPS, DS_MLA_GROUP)
     nope = nope * ue8m0_value(scales[..., :DS_MLA_NUM_GROUPS]).unsqueeze(-1)

@@ -34,14 +34,18 @@ def encode_indexer_key_fp8(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 def decode_indexer_key_fp8(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """(codes [..., d], scale [...]) -> float32 [..., d]."""
     if codes.shape[:-1] != scale.shape:
-        raise ValueError(f"indexer key codes {tuple(codes.shape)} and scale {tuple(scale.shape)} do not match")
+        raise ValueError(
+            f"indexer key codes {tuple(codes.shape)} and scale {tuple(scale.shape)} do not match"
+        )
     return decode(codes, E4M3FN) * scale.to(torch.float32).unsqueeze(-1)
 
 
 def encode_indexer_key_mxfp4(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """k [..., d] -> (packed uint8 [..., d/2], scales uint8 UE8M0 [..., d/32]); d a multiple of 32."""
     if k.dim() == 0 or k.shape[-1] % 32:
-        raise ValueError(f"MXFP4 indexer keys need a last dim that is a multiple of 32, got {tuple(k.shape)=}")
+        raise ValueError(
+            f"MXFP4 indexer keys need a last dim that is a multiple of 32, got {tuple(k.shape)=}"
+        )
     return quantize_mxfp4(k)
 
 

@@ -40,7 +40,9 @@ def expand_groups(per_group: torch.Tensor, num_cols: int, group: int = MX_GROUP)
     return per_group.repeat_interleave(group, dim=-1)[..., :num_cols]
 
 
-def quantize_mxfp4(w: torch.Tensor, amax_floor: float = MXFP4_AMAX_FLOOR) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_mxfp4(
+    w: torch.Tensor, amax_floor: float = MXFP4_AMAX_FLOOR
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Float [..., in] -> (packed uint8 [..., ceil(in/2)], scales uint8 UE8M0 [..., ceil(in/32)]).
 
     Raises ValueError on non-finite input.

@@ -48,7 +48,9 @@ class QuantizedWeight:
                 f"codes and scales must be uint8 bytes (use as_uint8_bytes), got {self.codes.dtype=} {self.scales.dtype=}"
             )
         if self.codes.device != self.scales.device:
-            raise ValueError(f"codes and scales on different devices: {self.codes.device=} {self.scales.device=}")
+            raise ValueError(
+                f"codes and scales on different devices: {self.codes.device=} {self.scales.device=}"
+            )
         if len(self.shape) < 2:
             raise ValueError(f"logical shape must be (..., out, in), got {self.shape=}")
         if self.layout is WeightLayout.FP8_BLOCK:
@@ -59,9 +61,13 @@ class QuantizedWeight:
             check_fp8_block_shapes(self.codes, self.scales, self.block)
         elif self.layout is WeightLayout.MXFP4:
             if self.fmt != E2M1 or tuple(self.block) != MXFP4_BLOCK:
-                raise ValueError(f"MXFP4 needs fmt=e2m1 and block={MXFP4_BLOCK}, got {self.fmt=} {self.block=}")
+                raise ValueError(
+                    f"MXFP4 needs fmt=e2m1 and block={MXFP4_BLOCK}, got {self.fmt=} {self.block=}"
+                )
             if tuple(self.codes.shape[:-1]) != tuple(self.shape[:-1]):
-                raise ValueError(f"MXFP4 packed shape {tuple(self.codes.shape)} does not fit logical {self.shape=}")
+                raise ValueError(
+                    f"MXFP4 packed shape {tuple(self.codes.shape)} does not fit logical {self.shape=}"
+                )
             check_mxfp4_shapes(self.codes, self.scales, self.shape[-1])
         else:
             raise ValueError(f"unknown {self.layout=}")
@@ -78,7 +84,9 @@ class QuantizedWeight:
     ) -> QuantizedWeight:
         """From stored FP8 codes (uint8 or float8_*) and UE8M0 scales (uint8 or float8_e8m0fnu)."""
         codes = as_uint8_bytes(codes)
-        return cls(codes, as_uint8_bytes(scales), fmt, tuple(block), tuple(codes.shape), WeightLayout.FP8_BLOCK)
+        return cls(
+            codes, as_uint8_bytes(scales), fmt, tuple(block), tuple(codes.shape), WeightLayout.FP8_BLOCK
+        )
 
     @classmethod
     def from_mxfp4(cls, packed: torch.Tensor, scales: torch.Tensor, num_cols: int) -> QuantizedWeight:

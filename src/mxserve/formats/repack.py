@@ -50,7 +50,8 @@ def mxfp4_to_fp8_block(
     group_bytes = scales.to(torch.int32)
     tile_grid = block_grid((rows, scales.shape[1]), (REPACK_TILE, groups_per_tile))
     padded = torch.nn.functional.pad(
-        group_bytes, (0, tile_grid[1] * groups_per_tile - scales.shape[1], 0, tile_grid[0] * REPACK_TILE - rows)
+        group_bytes,
+        (0, tile_grid[1] * groups_per_tile - scales.shape[1], 0, tile_grid[0] * REPACK_TILE - rows),
     )
     tile_max = padded.reshape(tile_grid[0], REPACK_TILE, tile_grid[1], groups_per_tile)
     tile_max = tile_max.amax(dim=(1, 3)) if tile_max.numel() else padded.new_zeros(tile_grid)
