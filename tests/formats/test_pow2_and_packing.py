@@ -36,6 +36,7 @@ def test_pow2_ceil_exponent_rule():
     e = pow2_ceil_exponent(amax, 448.0, 1e-4)
     expected = [0, 1, 1, -1, math.ceil(math.log2(1 / 448)), -22, -22, -22, -10]
     assert e.tolist() == expected
+    assert pow2_ceil_exponent(torch.tensor([float("inf"), float("nan")]), 448.0, 1e-4).tolist() == [127, 127]
     assert ue8m0_byte(torch.tensor([-200, -127, 0, 127, 128, 500])).tolist() == [0, 0, 127, 254, 254, 254]
 
 

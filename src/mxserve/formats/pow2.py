@@ -44,10 +44,12 @@ def pow2_ceil_exponent(amax: torch.Tensor, fmt_max: float, amax_floor: float) ->
     The ratio is a float32 division, as in the reference kernels; when amax lies within one
     float32 ulp above fmt_max * 2^k the division can land on 2^k exactly and the scaled value
     exceeds fmt_max by under one float32 ulp, which the quantizer's saturation absorbs (it would
-    round to fmt_max anyway), so no value is clipped beyond its own rounding.
+    round to fmt_max anyway), so no value is clipped beyond its own rounding. A non-finite amax
+    gives 127 (UE8M0 byte 254).
     """
     ratio = amax.to(torch.float32).clamp(min=amax_floor) / fmt_max
-    return ceil_log2(ratio)
+    # inf/NaN amax (garbage in): the largest exponent a UE8M0 byte can hold, never a small one
+    return torch.where(torch.isfinite(ratio), ceil_log2(ratio), UE8M0_MAX_FINITE_BYTE - UE8M0_BIAS)
 
 
 def ue8m0_byte(e: torch.Tensor) -> torch.Tensor:
