@@ -83,7 +83,9 @@ def encode_messages(
         turns = drop_history_thinking(turns)
     last_user = last_user_index(turns)
 
-    rendered = (_render_turn(i, turns, thinking=thinking, drop=drop, last_user=last_user) for i in range(len(turns)))
+    rendered = (
+        _render_turn(i, turns, thinking=thinking, drop=drop, last_user=last_user) for i in range(len(turns))
+    )
     return BOS + prefix + "".join(rendered)
 
 

@@ -70,11 +70,15 @@ def _text(value: Any, where: str, *, parts_joiner: str = "\n") -> str:
         for part in value:
             if isinstance(part, str):
                 texts.append(part)
-            elif isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
+            elif (
+                isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)
+            ):
                 texts.append(part["text"])
             else:
                 kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
-                raise ValueError(f"{where}: unsupported content part of type {kind!r} (only text is supported)")
+                raise ValueError(
+                    f"{where}: unsupported content part of type {kind!r} (only text is supported)"
+                )
         return parts_joiner.join(texts)
     raise ValueError(f"{where}: content must be a string or a list of text parts, got {type(value).__name__}")
 
@@ -273,4 +277,3 @@ def drop_history_thinking(turns: Sequence[Turn]) -> list[Turn]:
             out.append(replace(turn, reasoning=""))
         # developer turns before the last user turn are dropped
     return out
-
