@@ -274,3 +274,14 @@ def test_round_to_format_equals_decode_of_encode(fmt):
         round_to_format(x, fmt), decode(encode(x, fmt), fmt), f"round_to_format {fmt}", signed_zeros=signed
     )
     assert torch.isnan(round_to_format(torch.tensor([math.nan]), fmt)).all()
+
+
+def test_comparator_reports_first_mismatch_coordinates():
+    a = torch.zeros(3, 4)
+    b = a.clone()
+    b[1, 2] = 5.0
+    b[2, 0] = 1.0
+    with pytest.raises(
+        AssertionError, match=r"2 of 12 elements differ; first at \(1, 2\): actual 0.0, expected 5.0"
+    ):
+        assert_tensors_equal(a, b, "probe")

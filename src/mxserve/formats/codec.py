@@ -119,15 +119,20 @@ def _encode_integer(x: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
     return (n & 0xFF).to(torch.uint8)
 
 
-def encode(x: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
-    """Codes (uint8, same shape) of x rounded to `fmt`; see the module docstring for the contract."""
+def encode(x: torch.Tensor, fmt: FloatFormat, validate: bool = True) -> torch.Tensor:
+    """Codes (uint8, same shape) of x rounded to `fmt`; see the module docstring for the contract.
+
+    `validate=False` skips the two checks that need a host sync (NaN into a format without a NaN
+    code, negative input to an unsigned format) for hot paths whose input is known clean; such
+    input then gets an unspecified code instead of a ValueError. Formats with a NaN code never sync.
+    """
     if fmt.is_integer:
         return _encode_integer(x, fmt)
     xf = x.to(_work_dtype(x))
     is_nan = torch.isnan(xf)
-    if fmt.nan_code is None and bool(is_nan.any()):
+    if validate and fmt.nan_code is None and bool(is_nan.any()):
         raise ValueError(f"{fmt} has no NaN code; input contains NaN")
-    if not fmt.is_signed and bool((xf < 0).any()):
+    if validate and not fmt.is_signed and bool((xf < 0).any()):
         raise ValueError(f"{fmt} is unsigned; input contains negative values")
     a = xf.abs().clamp(max=fmt.max_finite)
     e, n = _round_magnitude(a, fmt)

@@ -4,7 +4,7 @@ FP8: per key (last dim, 128 in V4), s = 2^ceil(log2(max(amax, 1e-4) / 448)) stor
 value (not an exponent byte), codes = RNE e4m3fn of clamp(k / s, -448, 448). MXFP4: the weight
 MXFP4 codec applied to keys: [..., 64] packed e2m1 (low nibble = even element) + [..., 4] UE8M0
 bytes for a 128-dim key, floor 6 * 2^-126. Both are pure functions; the paged layout lives with
-the cache.
+the cache. No function here syncs with the host.
 """
 
 from __future__ import annotations
@@ -41,12 +41,15 @@ def decode_indexer_key_fp8(codes: torch.Tensor, scale: torch.Tensor) -> torch.Te
 
 
 def encode_indexer_key_mxfp4(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """k [..., d] -> (packed uint8 [..., d/2], scales uint8 UE8M0 [..., d/32]); d a multiple of 32."""
+    """k [..., d] -> (packed uint8 [..., d/2], scales uint8 UE8M0 [..., d/32]); d a multiple of 32.
+
+    No host sync (runs every decode step): a non-finite key gets unspecified codes.
+    """
     if k.dim() == 0 or k.shape[-1] % 32:
         raise ValueError(
             f"MXFP4 indexer keys need a last dim that is a multiple of 32, got {tuple(k.shape)=}"
         )
-    return quantize_mxfp4(k)
+    return quantize_mxfp4(k, validate=False)
 
 
 def decode_indexer_key_mxfp4(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

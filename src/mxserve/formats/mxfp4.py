@@ -41,21 +41,23 @@ def expand_groups(per_group: torch.Tensor, num_cols: int, group: int = MX_GROUP)
 
 
 def quantize_mxfp4(
-    w: torch.Tensor, amax_floor: float = MXFP4_AMAX_FLOOR
+    w: torch.Tensor, amax_floor: float = MXFP4_AMAX_FLOOR, validate: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Float [..., in] -> (packed uint8 [..., ceil(in/2)], scales uint8 UE8M0 [..., ceil(in/32)]).
 
-    Raises ValueError on non-finite input.
+    Raises ValueError on non-finite input. `validate=False` (per-step callers such as the
+    indexer-key writer) skips that check and its host sync; non-finite input then gives
+    unspecified codes (its group's scale byte is 254).
     """
     if w.dim() < 1 or not w.is_floating_point():
         raise ValueError(f"quantize_mxfp4 needs a float tensor [..., in], got {w.dtype=} {tuple(w.shape)=}")
-    if w.numel() and not bool(torch.isfinite(w).all()):
+    if validate and w.numel() and not bool(torch.isfinite(w).all()):
         raise ValueError("quantize_mxfp4: weights contain inf or NaN")
     num_cols = w.shape[-1]
     scale_bytes = ue8m0_byte(pow2_ceil_exponent(group_amax(w), E2M1.max_finite, amax_floor))
     work = torch.float64 if w.dtype == torch.float64 else torch.float32
     scale = expand_groups(ue8m0_value(scale_bytes, work), num_cols)
-    return pack_e2m1_unchecked(encode(w.to(work) / scale, E2M1)), scale_bytes
+    return pack_e2m1_unchecked(encode(w.to(work) / scale, E2M1, validate=False)), scale_bytes
 
 
 def check_mxfp4_shapes(packed: torch.Tensor, scales: torch.Tensor, num_cols: int) -> None:
