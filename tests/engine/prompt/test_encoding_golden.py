@@ -453,3 +453,115 @@ def test_generation_accepts_checkpoint_layout():
         enc(HELLO, thinking=True, effort="high", generation=CheckpointLayout.PREVIEW)
         == f"{BOS}{U}Hello{A}<think>"
     )
+
+
+# ---------------------------------------------------------------- reference fixture 3
+FIXTURE_3_SCHEMAS = (
+    '{"name": "search", "description": "Web search. Split multiple queries with \'||\'.", "parameters": '
+    '{"type": "object", "properties": {"queries": {"type": "string", "description": "query1||query2"}}, '
+    '"required": ["queries"], "additionalProperties": false, "$schema": "http://json-schema.org/draft-07/schema#"}}\n'
+    '{"name": "open", "description": "Batch open IDs (format 【{id}†...】) or URLs.", "parameters": {"type": '
+    '"object", "properties": {"open_list": {"type": "array", "items": {"type": "object", "properties": {"id": '
+    '{"description": "ID or URL", "anyOf": [{"type": "integer"}, {"type": "string"}], "default": -1}, "cursor": '
+    '{"type": "integer", "description": "", "default": -1}, "loc": {"type": "integer", "description": '
+    '"Start line", "default": -1}, "num_lines": {"type": "integer", "description": "", "default": -1}, '
+    '"view_source": {"type": "boolean", "description": "", "default": false}}, "additionalProperties": false}, '
+    '"description": ""}}, "required": ["open_list"], "additionalProperties": false, "$schema": '
+    '"http://json-schema.org/draft-07/schema#"}}\n'
+    '{"name": "find", "description": "Find exact text pattern in pages.", "parameters": {"type": "object", '
+    '"properties": {"find_list": {"type": "array", "items": {"type": "object", "properties": {"pattern": '
+    '{"type": "string", "description": ""}, "cursor": {"type": "integer", "description": "", "default": -1}}, '
+    '"required": ["pattern"], "additionalProperties": false}, "description": ""}}, "required": ["find_list"], '
+    '"additionalProperties": false, "$schema": "http://json-schema.org/draft-07/schema#"}}'
+)
+FIXTURE_3_OUTPUT = (
+    f"{BOS}该助手为DeepSeek，由深度求索公司创造。{R}2026-02-21,星期六,广州,App,中文"
+    f"{U}小柴胡冲剂和布洛芬能一起吃吗？\n\nCITATION FORMAT: 【{{cursor_id}}†L{{start_line_id}}(-L{{end_line_id}})?】"
+    f"\n\n{tools_section(FIXTURE_3_SCHEMAS)}"
+    f"{A}<think>用户想知道小柴胡冲剂和布洛芬能否一起服用。</think>\n\n<{D}tool_calls>\n"
+    f'<{D}invoke name="search">\n'
+    f'<{D}parameter name="queries" string="true">小柴胡冲剂 布洛芬 相互作用 一起吃</{D}parameter>\n'
+    f"</{D}invoke>\n</{D}tool_calls>{EOS}"
+    f"{U}<tool_result>[0]</tool_result>{A}<think>现在开始组织回答。</think>请及时就医。{EOS}"
+)
+
+
+def test_reference_fixture_3_developer_latest_reminder_search():
+    def obj(**props):
+        return {"type": "object", "properties": props}
+
+    int_default = {"type": "integer", "description": "", "default": -1}
+    schema_tail = {"additionalProperties": False, "$schema": "http://json-schema.org/draft-07/schema#"}
+    search = {
+        "name": "search",
+        "description": "Web search. Split multiple queries with '||'.",
+        "parameters": {
+            **obj(queries={"type": "string", "description": "query1||query2"}),
+            "required": ["queries"],
+            **schema_tail,
+        },
+    }
+    open_item = {
+        **obj(
+            id={
+                "description": "ID or URL",
+                "anyOf": [{"type": "integer"}, {"type": "string"}],
+                "default": -1,
+            },
+            cursor=int_default,
+            loc={"type": "integer", "description": "Start line", "default": -1},
+            num_lines=int_default,
+            view_source={"type": "boolean", "description": "", "default": False},
+        ),
+        "additionalProperties": False,
+    }
+    open_ = {
+        "name": "open",
+        "description": "Batch open IDs (format 【{id}†...】) or URLs.",
+        "parameters": {
+            **obj(open_list={"type": "array", "items": open_item, "description": ""}),
+            "required": ["open_list"],
+            **schema_tail,
+        },
+    }
+    find_item = {
+        **obj(pattern={"type": "string", "description": ""}, cursor=int_default),
+        "required": ["pattern"],
+        "additionalProperties": False,
+    }
+    find = {
+        "name": "find",
+        "description": "Find exact text pattern in pages.",
+        "parameters": {
+            **obj(find_list={"type": "array", "items": find_item, "description": ""}),
+            "required": ["find_list"],
+            **schema_tail,
+        },
+    }
+    msgs = [
+        {"role": "system", "content": "该助手为DeepSeek，由深度求索公司创造。"},
+        {"role": "latest_reminder", "content": "2026-02-21,星期六,广州,App,中文"},
+        {
+            "role": "developer",
+            "content": "小柴胡冲剂和布洛芬能一起吃吗？\n\nCITATION FORMAT: 【{cursor_id}†L{start_line_id}(-L{end_line_id})?】",
+            "tools": [{"type": "function", "function": t} for t in (search, open_, find)],
+        },
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "用户想知道小柴胡冲剂和布洛芬能否一起服用。",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "search",
+                        "arguments": '{"queries": "小柴胡冲剂 布洛芬 相互作用 一起吃"}',
+                    },
+                }
+            ],
+        },
+        {"role": "tool", "content": "[0]"},
+        {"role": "assistant", "content": "请及时就医。", "reasoning_content": "现在开始组织回答。"},
+    ]
+    assert len(FIXTURE_3_OUTPUT) == 3021  # the published file's length
+    assert enc(msgs, thinking=True) == FIXTURE_3_OUTPUT
