@@ -109,18 +109,20 @@ class FakeRunner:
 
 
 def assert_pages_conserved(scheduler: Scheduler, requests: Iterable[Request]) -> None:
-    """Every page is either free or in exactly one live request's table; finished requests
-    hold nothing."""
+    """Every page is either free or in exactly one of these requests' tables, and finished
+    requests hold nothing. Pass every request that may hold pages."""
     manager = scheduler.block_manager
+    held: dict[str, list[int]] = {name: [] for name in manager.pool_specs}
+    for request in requests:
+        tables = manager.block_tables(request)
+        if request.is_finished:
+            assert not any(tables.values()), f"finished {request.request_id} still holds pages {dict(tables)}"
+            continue
+        for name, table in tables.items():
+            held[name].extend(table)
     for name, spec in manager.pool_specs.items():
-        held: list[int] = []
-        for request in requests:
-            table = manager.block_tables(request)[name]
-            if request.is_finished:
-                assert not table, f"finished {request.request_id} still holds {name} pages {table}"
-            held.extend(table)
-        assert len(held) == len(set(held)), f"pool {name}: a page is held twice"
-        assert len(held) + manager.num_free(name) == spec.num_blocks, f"pool {name}: pages leaked"
+        assert len(held[name]) == len(set(held[name])), f"pool {name}: a page is held twice"
+        assert len(held[name]) + manager.num_free(name) == spec.num_blocks, f"pool {name}: pages leaked"
 
 
 def run_to_completion(scheduler: Scheduler, runner: FakeRunner | None = None, max_steps: int = 100_000) -> int:

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from mxserve.engine.pool_spec import deepseek_v4_pool_specs
-from tests.engine.factories import FakeRunner, make_request, make_scheduler, reference_generation, run_to_completion
+from tests.engine.factories import (
+    FakeRunner,
+    make_request,
+    make_scheduler,
+    reference_generation,
+    run_to_completion,
+)
 
 
 def _step(scheduler, runner):

@@ -42,6 +42,7 @@ class BlockManager:
         # Read-only snapshots handed to SchedulerOutput; rebuilt only when a table grows, so a
         # decode step costs a dict lookup, not a copy of a 256K-token table.
         self._table_views: dict[str, BlockTables] = {}
+        self._no_tables: BlockTables = MappingProxyType({spec.name: () for spec in specs})
 
     # ------------------------------------------------------------------ queries
     def num_free(self, pool: str) -> int:
@@ -65,10 +66,7 @@ class BlockManager:
 
     def block_tables(self, request: Request) -> BlockTables:
         """Pool name → the request's page ids (empty tuples when it holds nothing)."""
-        view = self._table_views.get(request.request_id)
-        if view is None:
-            return MappingProxyType({name: () for name in self.pool_specs})
-        return view
+        return self._table_views.get(request.request_id, self._no_tables)
 
     def fits_at_all(self, num_positions: int) -> bool:
         """Whether one sequence of that many positions fits in the empty pools."""

@@ -27,7 +27,11 @@ class RequestStatus(Enum):
 
     @property
     def is_finished(self) -> bool:
+        # A tuple, not a set: membership by identity, without hashing an Enum (hot in big batches).
         return self in _FINISHED
+
+
+_FINISHED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED)
 
 
 class FinishReason(StrEnum):
@@ -38,7 +42,6 @@ class FinishReason(StrEnum):
     ABORT = "abort"
 
 
-_FINISHED = {RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED}
 FINISHED_STATUS = {
     FinishReason.STOP: RequestStatus.FINISHED_STOPPED,
     FinishReason.LENGTH: RequestStatus.FINISHED_LENGTH,
