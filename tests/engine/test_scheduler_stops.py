@@ -103,6 +103,9 @@ def test_runner_output_that_does_not_match_the_step_is_refused_before_any_change
             scheduler.update_from_output(output, RunnerOutput(bad))
         assert a.output_token_ids == [] and b.output_token_ids == []
     assert scheduler.update_from_output(output, RunnerOutput({"a": (7,)})) == [RequestUpdate("a", (7,), None)]
+    with pytest.raises(ValueError, match="'a': stale scheduler output"):
+        scheduler.update_from_output(output, RunnerOutput({"a": (7,)}))
+    assert a.output_token_ids == [7]
 
 
 def test_add_request_refuses_bad_requests():

@@ -171,19 +171,29 @@ class Scheduler:
         update per request that received a token, in batch order. Requests finished or aborted
         since the step was scheduled are skipped. ValueError (before any change) when the runner
         output does not match the step: a token for a chunk that stopped short of the sequence
-        end, none (or several) for one that reached it, or a token for an unscheduled request."""
+        end, none (or several) for one that reached it, a token for an unscheduled request, or a
+        step that was already applied."""
         sampled = runner_output.sampled_token_ids
         scheduled_ids = {chunk.request_id for chunk in scheduler_output.chunks}
         unexpected = sorted(set(sampled) - scheduled_ids)
         if unexpected:
             raise ValueError(f"runner output has tokens for requests not scheduled this step: {unexpected}")
         for chunk in scheduler_output.chunks:
+            request = self._requests.get(chunk.request_id)
+            if request is None:
+                continue
             num_sampled = len(sampled.get(chunk.request_id, ()))
             expected = 1 if chunk.samples_next_token else 0
-            if chunk.request_id in self._requests and num_sampled != expected:
+            if num_sampled != expected:
                 raise ValueError(
                     f"request {chunk.request_id!r}: runner sampled {num_sampled} tokens, expected {expected} "
                     f"(chunk [{chunk.start_pos}, {chunk.end_pos}), samples_next_token={chunk.samples_next_token})"
+                )
+            if chunk.samples_next_token and request.num_tokens != chunk.end_pos:
+                # Applying the same step twice would append its token twice.
+                raise ValueError(
+                    f"request {chunk.request_id!r}: stale scheduler output (chunk ends at {chunk.end_pos}, "
+                    f"the request already has {request.num_tokens} tokens)"
                 )
 
         updates: list[RequestUpdate] = []
