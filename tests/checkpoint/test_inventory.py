@@ -35,7 +35,7 @@ def test_flash_tensor_count_and_spot_shapes():
 def test_0731_dspark_inventory_counts():
     flash = TINY_CONFIGS["flash"].to_dict()
     config = ModelConfig.from_dict({
-        **flash, "compress_ratios": flash["compress_ratios"][:43] + [0, 0, 0], "dspark_block_size": 5,
+        **flash, "compress_ratios": [*flash["compress_ratios"][:43], 0, 0, 0], "dspark_block_size": 5,
         "dspark_noise_token_id": 128799, "dspark_target_layer_ids": [40, 41, 42], "dspark_markov_rank": 256,
     })
     shapes = _shapes(config)

@@ -9,10 +9,9 @@ import pytest
 import torch
 
 from mxserve.formats import QuantizedWeight, dequantize_fp8_block, dequantize_mxfp4
-from mxserve.model.checkpoint import CheckpointError, CheckpointReader, MANIFEST_NAME, convert_checkpoint
+from mxserve.model.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointReader, convert_checkpoint
 from mxserve.model.checkpoint.files import SafetensorsDir
 from mxserve.testing import TINY_CONFIGS, random_checkpoint
-
 from tests.checkpoint.helpers import rewrite
 
 
