@@ -55,9 +55,7 @@ def build_hf_model(cfg: ModelConfig, seed: int):
                 rows = [torch.randperm(cfg.n_routed_experts, generator=gen)[: cfg.num_experts_per_tok]
                         for _ in range(tensor.shape[0])]
                 tensor.copy_(torch.stack(rows))
-            elif name.endswith(("sinks", "e_score_correction_bias", "position_bias")):
-                tensor.copy_(torch.randn(tensor.shape, generator=gen) * 0.5)
-            elif name.endswith(("hc.base", "hc_head.hc_base")):
+            elif name.endswith(("sinks", "e_score_correction_bias", "position_bias")) or name.endswith(("hc.base", "hc_head.hc_base")):
                 tensor.copy_(torch.randn(tensor.shape, generator=gen) * 0.5)
             elif name.endswith(("hc.scale", "hc_head.hc_scale")):
                 tensor.copy_(0.5 + torch.rand(tensor.shape, generator=gen))

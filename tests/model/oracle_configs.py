@@ -37,3 +37,17 @@ ORACLE_CONFIGS: dict[str, ModelConfig] = {
         index_topk=32, n_routed_experts=8, num_experts_per_tok=3, moe_intermediate_size=64, num_hash_layers=3,
     ),
 }
+
+# Few indexer heads make the score exactly 0 whenever every head's dot product is negative:
+# many exact ties. Not an oracle config (transformers' torch.topk breaks ties arbitrarily);
+# used to show that mxserve's tie-break makes prefill, chunks and decode select the same set.
+TIED_CONFIGS: dict[str, ModelConfig] = {
+    "tied_indexer": ModelConfig(
+        **_COMMON, hidden_size=128, num_hidden_layers=2, compress_ratios=(4, 4), compress_rate_csa=4,
+        compress_rate_hca=16, num_attention_heads=4, head_dim=256, qk_rope_head_dim=64, q_lora_rank=64, o_groups=2,
+        o_lora_rank=64, sliding_window=16, index_n_heads=1, index_head_dim=128, index_topk=4, n_routed_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=64, num_hash_layers=1,
+    ),
+}
+
+ALL_TEST_CONFIGS: dict[str, ModelConfig] = {**ORACLE_CONFIGS, **TIED_CONFIGS}

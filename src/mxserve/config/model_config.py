@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field, fields
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +24,13 @@ class ConfigError(ValueError):
     """A config.json value that mxserve cannot run; the message names the key and the value."""
 
 
-class AttentionKind(str, Enum):
+class AttentionKind(StrEnum):
     SLIDING = "sliding"  # 128-token window only (compress ratio 0)
     CSA = "csa"  # window + top-k of 4:1 overlapping compressed entries chosen by the indexer
     HCA = "hca"  # window + all 128:1 compressed entries
 
 
-class CheckpointLayout(str, Enum):
+class CheckpointLayout(StrEnum):
     PREVIEW = "preview"  # DeepSeek-V4-Flash (preview): one MTP block `mtp.0`
     V0731 = "0731"  # DeepSeek-V4-Flash-0731: a 3-stage DSpark draft in `mtp.{0,1,2}`
 

@@ -24,7 +24,8 @@ class HyperConnectionWeights:
 def _mixes(streams: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor:
     flat = streams.flatten(1).float()  # [T, hc*D]
     rho = torch.rsqrt(flat.square().mean(-1, keepdim=True) + eps)
-    return (flat * rho) @ fn.float().t()
+    # fp64 accumulation keeps each token's mixes independent of the batch (see kernels/linear)
+    return ((flat * rho).double() @ fn.double().t()).float()
 
 
 def hc_pre(

@@ -20,7 +20,7 @@ them from a simple free list per pool.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 import torch
 
@@ -29,7 +29,7 @@ from mxserve.kernels.cache import CompressorStateCache, PagedIndexerKeyCache, Pa
 from mxserve.model.numerics import KVCacheDtype, NumericPolicy
 
 
-class Pool(str, Enum):
+class Pool(StrEnum):
     WINDOW = "window"
     CSA = "csa"
     HCA = "hca"
@@ -146,7 +146,7 @@ class ModelCacheState:
     def slots(self, pool: Pool, seq_index: int, indices: torch.Tensor) -> torch.Tensor:
         """Global slots of a sequence's indices (position or entry) in a pool; i < 0 → −1."""
         table = self.block_tables[pool].get(seq_index, [])
-        table_t = torch.tensor(table + [-1], dtype=torch.int64, device=indices.device)
+        table_t = torch.tensor([*table, -1], dtype=torch.int64, device=indices.device)
         block = torch.div(indices, self.block_size, rounding_mode="floor")
         valid = (indices >= 0) & (block < len(table))
         block_ids = table_t[torch.where(valid, block, torch.full_like(block, len(table)))]

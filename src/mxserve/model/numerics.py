@@ -14,17 +14,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 import torch
 
 
-class NumericMode(str, Enum):
+class NumericMode(StrEnum):
     EXACT = "exact"
     FAITHFUL = "faithful"
 
 
-class KVCacheDtype(str, Enum):
+class KVCacheDtype(StrEnum):
     FP8_DS_MLA = "fp8_ds_mla"
     BF16 = "bf16"
     FP32 = "fp32"

@@ -12,14 +12,27 @@ import torch
 from mxserve.kernels.cache.page_layout import INVALID_SLOT
 
 
+def _word_view(buffer: torch.Tensor, offsets: torch.Tensor, width: int) -> tuple[torch.Tensor, int]:
+    """The widest integer view (8/4/2/1 bytes) whose words tile every requested byte run.
+
+    Moving 8-byte words instead of single bytes cuts the index tensors 8x; the bytes moved are
+    the same, so the result is bit-identical to a byte-wise gather.
+    """
+    for word, dtype in ((8, torch.int64), (4, torch.int32), (2, torch.int16)):
+        if width % word == 0 and buffer.numel() % word == 0 and bool((offsets % word == 0).all()):
+            return buffer.view(dtype), word
+    return buffer, 1
+
+
 def gather_bytes(buffer: torch.Tensor, offsets: torch.Tensor, width: int) -> torch.Tensor:
     """Bytes `buffer[o : o + width]` for each offset o.
 
     buffer: uint8 [num_bytes] (flat). offsets: int64 [N], all valid (>= 0).
     Returns a fresh contiguous uint8 [N, width] (so callers may `.view()` it as wider dtypes).
     """
-    index = offsets[:, None] + torch.arange(width, device=buffer.device, dtype=torch.int64)
-    return buffer[index]
+    words, word = _word_view(buffer, offsets, width)
+    index = (offsets // word)[:, None] + torch.arange(width // word, device=buffer.device, dtype=torch.int64)
+    return words[index].view(torch.uint8).reshape(offsets.shape[0], width)
 
 
 def scatter_bytes(buffer: torch.Tensor, offsets: torch.Tensor, values: torch.Tensor) -> None:
@@ -28,8 +41,10 @@ def scatter_bytes(buffer: torch.Tensor, offsets: torch.Tensor, values: torch.Ten
     Offsets must be valid and the byte runs must not overlap (distinct slots guarantee that).
     """
     width = values.shape[-1]
-    index = offsets[:, None] + torch.arange(width, device=buffer.device, dtype=torch.int64)
-    buffer.index_put_((index.reshape(-1),), values.reshape(-1))
+    words, word = _word_view(buffer, offsets, width)
+    index = (offsets // word)[:, None] + torch.arange(width // word, device=buffer.device, dtype=torch.int64)
+    payload = values.contiguous().view(words.dtype) if word > 1 else values
+    words.index_put_((index.reshape(-1),), payload.reshape(-1))
 
 
 def check_unique_slots(slots: torch.Tensor) -> None:

@@ -12,5 +12,6 @@ import torch
 
 def indexer_scores_ref(q: torch.Tensor, head_weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """q [T, H, D], head_weights [T, H] (already scaled), keys [N, D] → scores [T, N] fp32."""
-    dots = torch.einsum("thd,nd->thn", q.float(), keys.float())
-    return (torch.relu(dots) * head_weights.float()[:, :, None]).sum(dim=1)
+    # fp64 accumulation: a query's scores must not depend on how many queries share the call
+    dots = torch.einsum("thd,nd->thn", q.double(), keys.double())
+    return (torch.relu(dots) * head_weights.double()[:, :, None]).sum(dim=1).float()

@@ -40,7 +40,7 @@ def linear_ref(x: torch.Tensor, weight: Weight, *, quantize_input: bool = False)
     flat = x.reshape(-1, in_features).float()
     if flat.shape[0] == 0:
         return flat.new_zeros((*x.shape[:-1], out_features))
-    return (flat @ dequantized(weight).t()).reshape(*x.shape[:-1], out_features)
+    return (flat.double() @ dequantized(weight).double().t()).float().reshape(*x.shape[:-1], out_features)
 
 
 def grouped_linear_ref(x: torch.Tensor, weight: Weight) -> torch.Tensor:
@@ -50,9 +50,9 @@ def grouped_linear_ref(x: torch.Tensor, weight: Weight) -> torch.Tensor:
     It is G separate [R, K] matmuls, not one dense (G·K → G·R) product. The release reference
     runs wo_a on a BF16 copy without activation quantization, so this op has no QAT switch.
     """
-    num_tokens, groups, in_per_group = x.shape
+    _num_tokens, groups, in_per_group = x.shape
     out_rows, in_features = weight_shape(weight)
     if in_features != in_per_group or out_rows % groups:
         raise ValueError(f"grouped_linear: {x.shape=} does not fit weight {(out_rows, in_features)} in {groups} groups")
     w = dequantized(weight).view(groups, out_rows // groups, in_per_group)
-    return torch.einsum("tgk,grk->tgr", x.float(), w)
+    return torch.einsum("tgk,grk->tgr", x.double(), w.double()).float()

@@ -46,7 +46,7 @@ def route_ref(
     """x [T, D] → (weights fp32 [T, k], expert ids int64 [T, k]). Exactly one of bias / tid2eid."""
     if (bias is None) == (tid2eid is None):
         raise ValueError("route: pass exactly one of bias (learned routing) or tid2eid (hash routing)")
-    scores = sqrt_softplus(x.float() @ gate_weight.float().t())  # [T, E]
+    scores = sqrt_softplus(linear_ref(x, gate_weight))  # [T, E], fp64-accumulated like every reference GEMM
     if tid2eid is not None:
         if token_ids is None:
             raise ValueError("route: hash routing needs token_ids")
