@@ -9,9 +9,16 @@ import pytest
 import torch
 
 from mxserve.formats import QuantizedWeight, dequantize_fp8_block, dequantize_mxfp4
-from mxserve.model.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointReader, convert_checkpoint
+from mxserve.model.checkpoint import (
+    MANIFEST_NAME,
+    CheckpointError,
+    CheckpointReader,
+    convert_checkpoint,
+    to_release,
+)
 from mxserve.model.checkpoint.files import SafetensorsDir
 from mxserve.testing import TINY_CONFIGS, random_checkpoint
+from mxserve.testing.random_checkpoint import _Pools, random_linear
 from tests.checkpoint.helpers import rewrite
 
 
@@ -41,7 +48,7 @@ def test_load_keeps_quantized_weights_packed(tiny_all: Path):
     assert reader.manifest_status.startswith("verified")
 
 
-def test_random_weights_have_realistic_values(tmp_path: Path, tiny_all: Path):
+def test_random_weights_have_realistic_values(tiny_all: Path):
     reader = CheckpointReader(tiny_all)
     config = reader.config
     tid2eid = reader.load_tensor("layers.0.ffn.gate.tid2eid")
@@ -55,17 +62,21 @@ def test_random_weights_have_realistic_values(tmp_path: Path, tiny_all: Path):
     assert bool((reader.load_tensor("layers.0.hc_attn_scale") > 0).all())
     w = reader.load_linear("layers.0.attn.wq_a").dequantize(torch.float32)
     assert 0.5 / 16 < float(w.std()) < 2 / 16  # std 1/sqrt(in=256)
-    exact = random_checkpoint("tiny-all", tmp_path / "exact", seed=1, progress=False, exact=True)
-    w = CheckpointReader(exact).load_linear("layers.0.ffn.experts.1.w2").dequantize(torch.float32)
-    assert 0.5 / 11.3 < float(w.std()) < 2 / 11.3  # std 1/sqrt(in=128)
+    spec = reader.inventory.linears["layers.0.ffn.experts.1.w2"]
+    exact = random_linear(spec, seed=1, pools=_Pools(1), exact=True)
+    pooled = random_linear(spec, seed=1, pools=_Pools(1))
+    for w in (exact.dequantize(torch.float32), pooled.dequantize(torch.float32)):
+        assert 0.5 / 11.3 < float(w.std()) < 2 / 11.3  # std 1/sqrt(in=128)
+    assert torch.equal(pooled.codes, reader.load_linear("layers.0.ffn.experts.1.w2").codes)
 
 
 def test_random_checkpoint_is_deterministic_and_seeded(tmp_path: Path, tiny_all: Path):
     again = random_checkpoint("tiny-all", tmp_path / "again", seed=1, progress=False)
-    other = random_checkpoint("tiny-all", tmp_path / "other", seed=2, progress=False)
     files = lambda p: json.loads((p / MANIFEST_NAME).read_text())["files"]  # noqa: E731
-    assert files(again) == files(tiny_all)
-    assert files(other)["model-00001-of-00001.safetensors"] != files(tiny_all)["model-00001-of-00001.safetensors"]
+    assert files(again) == files(tiny_all)  # same seed, same bytes
+    spec = CheckpointReader(tiny_all).inventory.linears["layers.0.attn.wq_b"]
+    a, b = random_linear(spec, 1, _Pools(1)), random_linear(spec, 2, _Pools(2))
+    assert not torch.equal(a.codes, b.codes)
 
 
 def test_sharded_write_validates_and_indexes_every_tensor(tmp_path: Path):
@@ -92,11 +103,9 @@ def test_full_precision_checkpoint_is_accepted_and_exact(tmp_path: Path, tiny_al
         assert torch.equal(w.float(), packed.load_linear(prefix).dequantize(torch.float32))
     # ... and re-quantizing it gives back the same values (bytes may differ: a block whose
     # quantized amax lands exactly on a binade edge gets the next smaller scale).
-    again = CheckpointReader(convert_checkpoint(full, tmp_path / "again", to="release", quantize=True, progress=False))
-    assert set(again.tensor_names) == set(packed.tensor_names)
     for prefix in ("layers.0.attn.wq_b", "layers.3.ffn.experts.5.w1"):
-        assert torch.equal(again.load_linear(prefix).dequantize(torch.float32),
-                           packed.load_linear(prefix).dequantize(torch.float32))
+        again = to_release(reader.load_linear(prefix), reader.inventory.linears[prefix])
+        assert torch.equal(again.dequantize(torch.float32), packed.load_linear(prefix).dequantize(torch.float32))
 
 
 def test_f32_scales_are_accepted_as_exact_ue8m0(tmp_path: Path, tiny_all: Path):
