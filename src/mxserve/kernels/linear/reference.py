@@ -14,6 +14,8 @@ from mxserve.formats import QuantizedWeight, fake_quant_fp8_pow2
 
 Weight = torch.Tensor | QuantizedWeight
 
+_ROWS_PER_CHUNK = 8192  # output rows per fp64 matmul
+
 
 def weight_shape(weight: Weight) -> tuple[int, int]:
     return tuple(weight.shape)  # type: ignore[return-value]
@@ -40,7 +42,13 @@ def linear_ref(x: torch.Tensor, weight: Weight, *, quantize_input: bool = False)
     flat = x.reshape(-1, in_features).float()
     if flat.shape[0] == 0:
         return flat.new_zeros((*x.shape[:-1], out_features))
-    return (flat.double() @ dequantized(weight).double().t()).float().reshape(*x.shape[:-1], out_features)
+    w = dequantized(weight)
+    flat64 = flat.double()
+    out = torch.empty(flat.shape[0], out_features, dtype=torch.float32, device=flat.device)
+    for start in range(0, out_features, _ROWS_PER_CHUNK):  # bounds the transient fp64 weight copy
+        stop = min(start + _ROWS_PER_CHUNK, out_features)
+        out[:, start:stop] = (flat64 @ w[start:stop].double().t()).float()
+    return out.reshape(*x.shape[:-1], out_features)
 
 
 def grouped_linear_ref(x: torch.Tensor, weight: Weight) -> torch.Tensor:
