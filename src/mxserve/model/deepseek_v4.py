@@ -35,11 +35,17 @@ class DeepseekV4Model:
         config: ModelConfig,
         weights: Mapping[str, torch.Tensor | QuantizedWeight],
         *,
-        numerics: NumericMode | str = NumericMode.FAITHFUL,
+        numerics: NumericMode | str | NumericPolicy = NumericMode.FAITHFUL,
         kv_cache_dtype: KVCacheDtype | str | None = None,
     ) -> None:
+        """`numerics`: a named mode, or a full NumericPolicy (ablations pick single QAT points)."""
         self.config = config
-        self.policy = NumericPolicy.for_mode(numerics, kv_cache_dtype)
+        if isinstance(numerics, NumericPolicy):
+            if kv_cache_dtype is not None:
+                raise ValueError("pass kv_cache_dtype inside the NumericPolicy, not beside it")
+            self.policy = numerics
+        else:
+            self.policy = NumericPolicy.for_mode(numerics, kv_cache_dtype)
         self.rope = RopeTables(config)
         store = WeightStore(weights)
         self.embed = store.tensor("embed.weight")
