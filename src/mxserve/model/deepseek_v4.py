@@ -101,8 +101,8 @@ class DeepseekV4Model:
     # ------------------------------------------------------------------ forward
     def new_cache_state(self, *, max_sequences: int, max_positions: int, block_size: int = 64,
                         device: torch.device | str = "cpu") -> ModelCacheState:
-        return ModelCacheState(self.config, self.policy, max_sequences=max_sequences, max_positions=max_positions,
-                               block_size=block_size, device=device)
+        return ModelCacheState.for_sequences(self.config, self.policy, max_sequences=max_sequences,
+                                             max_positions=max_positions, block_size=block_size, device=device)
 
     @torch.no_grad()
     def forward(self, batch: ForwardBatch, state: ModelCacheState) -> torch.Tensor:
