@@ -127,13 +127,25 @@ def _subject_logits(position: int, vocab_size: int) -> torch.Tensor:
     return 2.0 * torch.randn(vocab_size, generator=torch.Generator().manual_seed(10_000 + position))
 
 
-@pytest.mark.parametrize(("vocab_size", "num_positions"), [(50, 64), (4099, 24)])
-def test_seeded_request_independent_of_batch_composition_and_row(vocab_size, num_positions):
-    """The same request alone (one thread) and in a batch of 8 with random other requests, at a
+NEEDS_CUDA = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+@pytest.mark.parametrize(
+    ("device", "vocab_size", "batch_size", "num_positions"),
+    [
+        ("cpu", 50, 8, 64),
+        ("cpu", 4099, 8, 24),
+        # DeepSeek-V4's vocabulary; batch sizes that change CUDA launch grids.
+        pytest.param("cuda", 129_280, 8, 32, marks=NEEDS_CUDA),
+        pytest.param("cuda", 129_280, 96, 16, marks=NEEDS_CUDA),
+    ],
+)
+def test_seeded_request_independent_of_batch_composition_and_row(device, vocab_size, batch_size, num_positions):
+    """The same request alone (one CPU thread) and in a batch with random other requests, at a
     different row each position (default threads) → identical tokens at every position."""
     subject = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, min_p=0.01, seed=7)
     gen = torch.Generator().manual_seed(3)
-    neighbours = [
+    kinds = [
         SamplingParams(temperature=0.0),
         SamplingParams(temperature=1.0),
         SamplingParams(temperature=0.3, top_k=5),
@@ -142,25 +154,26 @@ def test_seeded_request_independent_of_batch_composition_and_row(vocab_size, num
         SamplingParams(temperature=1.2, top_k=1000, top_p=0.99),
         SamplingParams(temperature=0.6, logprobs=5),
     ]
+    neighbours = [kinds[i % len(kinds)] for i in range(batch_size - 1)]
     threads = torch.get_num_threads()
     alone, batched = [], []
     for pos in range(num_positions):
         logits = _subject_logits(pos, vocab_size)
         torch.set_num_threads(1)
         try:
-            alone.append(SAMPLER.sample(logits[None, :], [subject], [7], [pos]).token_ids.item())
+            alone.append(SAMPLER.sample(logits[None, :].to(device), [subject], [7], [pos]).token_ids.item())
         finally:
             torch.set_num_threads(threads)
-        row = pos % 8
-        batch = 3.0 * torch.randn(8, vocab_size, generator=gen)
+        row = (pos * 5) % batch_size
+        batch = 3.0 * torch.randn(batch_size, vocab_size, generator=gen)
         batch[row] = logits
         params = list(neighbours)
         params.insert(row, subject)
-        seeds = torch.randint(0, 2**40, (8,), generator=gen).tolist()
+        seeds = torch.randint(0, 2**40, (batch_size,), generator=gen).tolist()
         seeds[row] = 7
-        positions = torch.randint(0, 5000, (8,), generator=gen).tolist()
+        positions = torch.randint(0, 5000, (batch_size,), generator=gen).tolist()
         positions[row] = pos
-        batched.append(SAMPLER.sample(batch, params, seeds, positions).token_ids[row].item())
+        batched.append(SAMPLER.sample(batch.to(device), params, seeds, positions).token_ids[row].item())
     assert alone == batched
     assert len(set(alone)) > 5  # the subject really samples (not a disguised argmax)
 
