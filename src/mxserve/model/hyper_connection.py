@@ -23,7 +23,7 @@ class HyperConnectionWeights:
 
 def _mixes(streams: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor:
     flat = streams.flatten(1).float()  # [T, hc*D]
-    rho = torch.rsqrt(flat.square().mean(-1, keepdim=True) + eps)
+    rho = torch.rsqrt(flat.double().square().mean(-1, keepdim=True) + eps).float()
     # fp64 accumulation keeps each token's mixes independent of the batch (see kernels/linear)
     return ((flat * rho).double() @ fn.double().t()).float()
 
@@ -31,12 +31,14 @@ def _mixes(streams: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor:
 def hc_pre(
     streams: torch.Tensor, w: HyperConnectionWeights, *, hc_eps: float, rms_eps: float, sinkhorn_iters: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """streams [T, hc, D] → (block input [T, D] in streams' dtype, post [T, hc], comb [T, hc, hc]) fp32."""
+    """streams [T, hc, D] → (block input [T, D] in streams' dtype, post [T, hc], comb [T, hc, hc] fp32)."""
     hc = streams.shape[1]
-    m = _mixes(streams, w.fn, rms_eps)
+    # fp64 for the tiny [T, 24] weight math: fp32 sigmoid/softmax on a few elements take the
+    # scalar tail path, so their last bit would depend on the number of tokens.
+    m = _mixes(streams, w.fn, rms_eps).double()
     pre_m, post_m, comb_m = m.split([hc, hc, hc * hc], dim=-1)
-    pre_b, post_b, comb_b = w.base.float().split([hc, hc, hc * hc])
-    scale = w.scale.float()
+    pre_b, post_b, comb_b = w.base.double().split([hc, hc, hc * hc])
+    scale = w.scale.double()
     pre = torch.sigmoid(pre_m * scale[0] + pre_b) + hc_eps
     post = 2 * torch.sigmoid(post_m * scale[1] + post_b)
     comb = torch.softmax((comb_m * scale[2] + comb_b).view(-1, hc, hc), dim=-1) + hc_eps
@@ -44,20 +46,20 @@ def hc_pre(
     for _ in range(sinkhorn_iters - 1):
         comb = comb / (comb.sum(dim=-1, keepdim=True) + hc_eps)  # rows
         comb = comb / (comb.sum(dim=-2, keepdim=True) + hc_eps)  # columns
-    block_input = (pre.unsqueeze(-1) * streams.float()).sum(dim=1).to(streams.dtype)
-    return block_input, post, comb
+    block_input = (pre.unsqueeze(-1) * streams.double()).sum(dim=1).to(streams.dtype)
+    return block_input, post.float(), comb.float()
 
 
 def hc_post(block_out: torch.Tensor, streams: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
     """X'_j = post_j · F + Σ_i comb_ij · X_i (fp32 math, streams' dtype out)."""
-    mixed = torch.einsum("tij,tid->tjd", comb, streams.float())
-    return (post.unsqueeze(-1) * block_out.float().unsqueeze(1) + mixed).to(streams.dtype)
+    mixed = torch.einsum("tij,tid->tjd", comb.double(), streams.double())  # fp64: batch-size independent
+    return (post.double().unsqueeze(-1) * block_out.double().unsqueeze(1) + mixed).to(streams.dtype)
 
 
 def hc_head(
     streams: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, *, hc_eps: float, rms_eps: float
 ) -> torch.Tensor:
     """The final collapse (HyperHead): pre weights only, no Sinkhorn, no post."""
-    m = _mixes(streams, fn, rms_eps)
-    pre = torch.sigmoid(m * scale.float()[0] + base.float()) + hc_eps
-    return (pre.unsqueeze(-1) * streams.float()).sum(dim=1).to(streams.dtype)
+    m = _mixes(streams, fn, rms_eps).double()
+    pre = torch.sigmoid(m * scale.double()[0] + base.double()) + hc_eps
+    return (pre.unsqueeze(-1) * streams.double()).sum(dim=1).to(streams.dtype)

@@ -57,8 +57,12 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
     x: [T, ..., d] any float dtype; positions: [T] int64 (absolute). Returns x's dtype.
     """
     rope_dim = 2 * inv_freq.numel()
+    # The angle is an fp32 product, as the release reference and transformers compute it (this
+    # matters at large positions); cos/sin of it are taken in fp64 and rounded once, because
+    # vectorised fp32 transcendentals take a different code path for short tensors (the scalar
+    # tail), so T=1 and T=96 could differ in the last bit.
     angles = positions.to(torch.float32)[:, None] * inv_freq.to(x.device)[None, :]  # [T, r/2]
-    cos, sin = angles.cos(), angles.sin()
+    cos, sin = angles.double().cos().float(), angles.double().sin().float()
     if inverse:
         sin = -sin
     shape = [x.shape[0]] + [1] * (x.dim() - 2) + [rope_dim // 2]

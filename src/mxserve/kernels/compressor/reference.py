@@ -17,5 +17,5 @@ def compress_pool_ref(values: torch.Tensor, logits: torch.Tensor) -> torch.Tenso
         raise ValueError(f"compress_pool: {values.shape=} != {logits.shape=}")
     if values.shape[0] == 0:
         return values.new_zeros((0, values.shape[-1]), dtype=torch.float32)
-    weights = torch.softmax(logits.float(), dim=1)
-    return (weights * values.float()).sum(dim=1)
+    weights = torch.softmax(logits.double(), dim=1)  # fp64, rounded once: independent of how many entries
+    return (weights * values.double()).sum(dim=1).float()

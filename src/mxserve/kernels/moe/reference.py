@@ -30,7 +30,8 @@ class ExpertWeights:
 
 
 def sqrt_softplus(logits: torch.Tensor) -> torch.Tensor:
-    return torch.sqrt(F.softplus(logits.float()))
+    # fp64 then rounded: fp32 transcendentals on short rows take a batch-size dependent code path
+    return torch.sqrt(F.softplus(logits.double())).float()
 
 
 def route_ref(
@@ -60,7 +61,8 @@ def route_ref(
 
 
 def swiglu_clamped(gate: torch.Tensor, up: torch.Tensor, limit: float) -> torch.Tensor:
-    return F.silu(gate.clamp(max=limit)) * up.clamp(min=-limit, max=limit)
+    gate, up = gate.double(), up.double()  # fp64, rounded once (batch-size independent silu)
+    return (F.silu(gate.clamp(max=limit)) * up.clamp(min=-limit, max=limit)).float()
 
 
 def expert_ffn_ref(

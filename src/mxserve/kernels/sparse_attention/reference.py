@@ -3,7 +3,8 @@
 Each query token t attends, with all H heads, to the union of the entries named by its slot
 lists (window slots into the window cache, compressed slots into the compressed cache; −1 =
 no entry). K = V = the full 512-dim entry (NoPE + rotated RoPE channels). Softmax in fp32 with
-the per-head sink: P_j = exp(ℓ_j − M) / (Σ exp(ℓ_j − M) + exp(sink_h − M)). Entries are read
+the per-head sink: P_j = exp(ℓ_j − M) / (Σ exp(ℓ_j − M) + exp(sink_h − M)), computed in fp64 and rounded
+once to fp32 (batch invariance). Entries are read
 through each cache's own `read` (its one address function), so the reference exercises the
 real physical layout.
 """
@@ -45,12 +46,15 @@ def sparse_attention_ref(
             masks.append(chunk_slots >= 0)
         if not kvs:
             continue  # no keys at all: the sink takes all mass, output 0
-        kv = torch.cat(kvs, dim=1)  # [t, K, d]
+        # fp64 throughout, rounded once: fp32 batched matmuls may change their summation order
+        # with the number of queries in the call, which breaks batch invariance (and a BF16
+        # rounding downstream turns a 1-ulp difference into a visible one).
+        kv = torch.cat(kvs, dim=1).double()  # [t, K, d]
         valid = torch.cat(masks, dim=1)  # [t, K]
-        logits = torch.einsum("thd,tkd->thk", q[start:stop].float(), kv) * scale
+        logits = torch.einsum("thd,tkd->thk", q[start:stop].double(), kv) * scale
         logits = logits.masked_fill(~valid[:, None, :], float("-inf"))
-        sink_logits = sink.float()[None, :, None].expand(stop - start, -1, 1)
+        sink_logits = sink.double()[None, :, None].expand(stop - start, -1, 1)
         combined = torch.cat((logits, sink_logits), dim=-1)
         probs = torch.softmax(combined, dim=-1)[..., :-1]
-        out[start:stop] = torch.einsum("thk,tkd->thd", probs, kv)
+        out[start:stop] = torch.einsum("thk,tkd->thd", probs, kv).float()
     return out
