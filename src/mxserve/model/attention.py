@@ -100,7 +100,7 @@ def _attend_chunk(
     indexer_q: torch.Tensor | None, indexer_w: torch.Tensor | None,
     w: AttentionWeights, ctx: LayerContext, caches: LayerCaches, state: ModelCacheState,
 ) -> torch.Tensor:
-    cfg, policy, seq = ctx.config, ctx.policy, chunk.seq_index
+    cfg, policy, seq = ctx.config, ctx.policy, chunk.seq_id
     state.ensure_capacity(seq, chunk.end_pos)
     caches.window.write(state.slots(Pool.WINDOW, seq, positions), kv)
 
@@ -135,7 +135,7 @@ def _indexer_select(
     visible: torch.Tensor, w: AttentionWeights, ctx: LayerContext, caches: LayerCaches, state: ModelCacheState,
 ) -> torch.Tensor:
     """Run the indexer's compressor, score the causal candidates, pick the tie-broken top-k."""
-    cfg, policy, seq = ctx.config, ctx.policy, chunk.seq_index
+    cfg, policy, seq = ctx.config, ctx.policy, chunk.seq_id
     compressor_step(
         x, positions, w.indexer.compressor, CompressorSpec(cfg.compress_rate_csa, overlap=True, dim=cfg.index_head_dim),
         state_cache=caches.indexer_state, state_slots_of=lambda p: state.slots(Pool.INDEXER_STATE, seq, p),

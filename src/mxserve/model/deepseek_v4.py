@@ -37,8 +37,11 @@ class DeepseekV4Model:
         *,
         numerics: NumericMode | str | NumericPolicy = NumericMode.FAITHFUL,
         kv_cache_dtype: KVCacheDtype | str | None = None,
+        resident_weights: bool = False,
     ) -> None:
-        """`numerics`: a named mode, or a full NumericPolicy (ablations pick single QAT points)."""
+        """`numerics`: a named mode, or a full NumericPolicy (ablations pick single QAT points).
+        `resident_weights`: decode every linear once into fp64 and keep it (bit-identical results,
+        8 B/parameter; the engine picks it for small models on the CPU)."""
         self.config = config
         if isinstance(numerics, NumericPolicy):
             if kv_cache_dtype is not None:
@@ -47,7 +50,7 @@ class DeepseekV4Model:
         else:
             self.policy = NumericPolicy.for_mode(numerics, kv_cache_dtype)
         self.rope = RopeTables(config)
-        store = WeightStore(weights)
+        store = WeightStore(weights, resident=resident_weights)
         self.embed = store.tensor("embed.weight")
         self.head = store.linear("head")
         self.final_norm = store.tensor("norm.weight")

@@ -7,6 +7,7 @@ chunked prefill and decode are all this one shape (spec §4): decode is a chunk 
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -14,7 +15,7 @@ import torch
 
 @dataclass(frozen=True)
 class SequenceChunk:
-    seq_index: int  # row of this sequence in the cache block tables
+    seq_id: Hashable  # the sequence's key in the cache block tables (the engine uses request ids)
     start_pos: int  # absolute position of the chunk's first token
     num_tokens: int  # tokens in this chunk (>= 1)
     token_offset: int  # first row of this chunk in the flattened batch
@@ -33,15 +34,18 @@ class ForwardBatch:
 
     @classmethod
     def from_chunks(
-        cls, token_chunks: list[list[int]], seq_indices: list[int], start_positions: list[int],
-        *, logits_for: str = "all", device: torch.device | str = "cpu",
+        cls, token_chunks: list[list[int]], seq_ids: Sequence[Hashable], start_positions: list[int],
+        *, logits_for: str | Sequence[int] = "all", device: torch.device | str = "cpu",
     ) -> ForwardBatch:
-        """Build a batch from per-sequence token lists. logits_for: "all" or "last" (per chunk)."""
-        if not (len(token_chunks) == len(seq_indices) == len(start_positions)):
-            raise ValueError("from_chunks: token_chunks, seq_indices and start_positions differ in length")
+        """Build a batch from per-sequence token lists.
+
+        logits_for: "all" rows, "last" row of every chunk, or explicit flattened row indices.
+        """
+        if not (len(token_chunks) == len(seq_ids) == len(start_positions)):
+            raise ValueError("from_chunks: token_chunks, seq_ids and start_positions differ in length")
         chunks, ids, positions, last_rows = [], [], [], []
         offset = 0
-        for tokens, seq, start in zip(token_chunks, seq_indices, start_positions, strict=True):
+        for tokens, seq, start in zip(token_chunks, seq_ids, start_positions, strict=True):
             if not tokens:
                 raise ValueError(f"from_chunks: sequence {seq} has an empty chunk")
             chunks.append(SequenceChunk(seq, start, len(tokens), offset))
@@ -49,7 +53,12 @@ class ForwardBatch:
             positions.extend(range(start, start + len(tokens)))
             offset += len(tokens)
             last_rows.append(offset - 1)
-        rows = None if logits_for == "all" else torch.tensor(last_rows, dtype=torch.int64, device=device)
+        if isinstance(logits_for, str):
+            if logits_for not in ("all", "last"):
+                raise ValueError(f"from_chunks: logits_for={logits_for!r} is not 'all', 'last' or a row list")
+            rows = None if logits_for == "all" else torch.tensor(last_rows, dtype=torch.int64, device=device)
+        else:
+            rows = torch.tensor(list(logits_for), dtype=torch.int64, device=device)
         return cls(
             torch.tensor(ids, dtype=torch.int64, device=device),
             torch.tensor(positions, dtype=torch.int64, device=device),

@@ -16,7 +16,7 @@ import torch
 from mxserve.config import ModelConfig
 from mxserve.formats import QuantizedWeight
 from mxserve.model.deepseek_v4 import DeepseekV4Model
-from mxserve.model.forward_batch import ForwardBatch
+from mxserve.model.greedy import greedy_generate, teacher_forced_logits
 from mxserve.model.numerics import NumericPolicy
 from mxserve.verify.comparators import LogitsComparison, compare_logits, first_divergence
 
@@ -29,24 +29,6 @@ class ModeDistance:
     num_generated_tokens: int
 
 
-def _greedy(model: DeepseekV4Model, prompt: list[int], num_new: int) -> tuple[list[int], torch.Tensor]:
-    state = model.new_cache_state(max_sequences=1, max_positions=len(prompt) + num_new + 1, block_size=16)
-    logits = [model.forward(ForwardBatch.from_chunks([prompt], [0], [0]), state)]
-    tokens = list(prompt)
-    for _ in range(num_new):
-        tokens.append(int(logits[-1][-1].argmax()))
-        logits.append(model.forward(ForwardBatch.from_chunks([[tokens[-1]]], [0], [len(tokens) - 1]), state))
-    return tokens, torch.cat(logits)[:-1]
-
-
-def _teacher_forced(model: DeepseekV4Model, tokens: list[int], num_prompt: int) -> torch.Tensor:
-    state = model.new_cache_state(max_sequences=1, max_positions=len(tokens) + 1, block_size=16)
-    logits = [model.forward(ForwardBatch.from_chunks([tokens[:num_prompt]], [0], [0]), state)]
-    for pos in range(num_prompt, len(tokens) - 1):
-        logits.append(model.forward(ForwardBatch.from_chunks([[tokens[pos]]], [0], [pos]), state))
-    return torch.cat(logits)
-
-
 def measure_mode_distance(
     config: ModelConfig, weights: Mapping[str, torch.Tensor | QuantizedWeight], prompt: list[int], num_new: int,
     *, candidate: NumericPolicy | None = None,
@@ -54,9 +36,9 @@ def measure_mode_distance(
     """Distance of `candidate` (default: the faithful policy) from the exact mode."""
     exact = DeepseekV4Model(config, weights, numerics="exact")
     faithful = DeepseekV4Model(config, weights, numerics=candidate or NumericPolicy.for_mode("faithful"))
-    exact_tokens, exact_logits = _greedy(exact, prompt, num_new)
-    faithful_logits = _teacher_forced(faithful, exact_tokens, len(prompt))
-    faithful_tokens, _ = _greedy(faithful, prompt, num_new)
+    exact_tokens, exact_logits = greedy_generate(exact, prompt, num_new)
+    faithful_logits = teacher_forced_logits(faithful, exact_tokens, len(prompt))
+    faithful_tokens, _ = greedy_generate(faithful, prompt, num_new)
     return ModeDistance(
         comparison=compare_logits(faithful_logits, exact_logits),
         first_greedy_divergence=first_divergence(exact_tokens[len(prompt):], faithful_tokens[len(prompt):]),

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from mxserve.kernels.linear.reference import Weight, dequantized, grouped_linear_ref, linear_ref, weight_shape
+from mxserve.kernels.linear.reference import (
+    ResidentWeight,
+    Weight,
+    dequantized,
+    grouped_linear_ref,
+    is_quantized,
+    linear_ref,
+    weight_shape,
+)
 
 _BACKENDS = {"reference": linear_ref}
 
@@ -17,4 +25,13 @@ def linear(x: torch.Tensor, weight: Weight, *, quantize_input: bool = False, bac
     return impl(x, weight, quantize_input=quantize_input)
 
 
-__all__ = ["Weight", "dequantized", "grouped_linear_ref", "linear", "linear_ref", "weight_shape"]
+__all__ = [
+    "ResidentWeight",
+    "Weight",
+    "dequantized",
+    "grouped_linear_ref",
+    "is_quantized",
+    "linear",
+    "linear_ref",
+    "weight_shape",
+]

@@ -8,11 +8,43 @@ power-of-two scales) that the faithful numerics apply before every FP8/FP4 GEMM.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from mxserve.formats import QuantizedWeight, fake_quant_fp8_pow2
 
-Weight = torch.Tensor | QuantizedWeight
+
+@dataclass(frozen=True, eq=False)
+class ResidentWeight:
+    """A weight decoded once into fp64 and kept resident (the "reference-resident" choice).
+
+    Same values as decoding `source` per call, so results are bit-identical to the per-call
+    reference; it trades memory (8 bytes per parameter) for not re-decoding every weight every
+    step, which is what makes small models usable on a CPU. `source` is the packed weight (None
+    for a full-precision one), so quantized-ness — and with it the faithful mode's activation
+    quantization — is preserved.
+    """
+
+    source: QuantizedWeight | None
+    values: torch.Tensor  # fp64 [out, in]
+
+    @classmethod
+    def of(cls, weight: torch.Tensor | QuantizedWeight) -> ResidentWeight:
+        if isinstance(weight, QuantizedWeight):
+            return cls(weight, weight.dequantize(torch.float32).double())
+        return cls(None, weight.double())
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.values.shape
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.source is not None
+
+
+Weight = torch.Tensor | QuantizedWeight | ResidentWeight
 
 _ROWS_PER_CHUNK = 8192  # output rows per fp64 matmul
 
@@ -23,9 +55,15 @@ def weight_shape(weight: Weight) -> tuple[int, int]:
 
 def dequantized(weight: Weight) -> torch.Tensor:
     """fp32 view of a weight for one computation (never cached)."""
+    if isinstance(weight, ResidentWeight):
+        return weight.values.float()
     if isinstance(weight, QuantizedWeight):
         return weight.dequantize(torch.float32)
     return weight.float()
+
+
+def is_quantized(weight: Weight) -> bool:
+    return isinstance(weight, QuantizedWeight) or (isinstance(weight, ResidentWeight) and weight.is_quantized)
 
 
 def linear_ref(x: torch.Tensor, weight: Weight, *, quantize_input: bool = False) -> torch.Tensor:
@@ -37,12 +75,12 @@ def linear_ref(x: torch.Tensor, weight: Weight, *, quantize_input: bool = False)
     out_features, in_features = weight_shape(weight)
     if x.shape[-1] != in_features:
         raise ValueError(f"linear: {x.shape=} does not match weight in_features={in_features}")
-    if quantize_input and isinstance(weight, QuantizedWeight):
+    if quantize_input and is_quantized(weight):
         x = fake_quant_fp8_pow2(x, block=128)
     flat = x.reshape(-1, in_features).float()
     if flat.shape[0] == 0:
         return flat.new_zeros((*x.shape[:-1], out_features))
-    w = dequantized(weight)
+    w = weight.values if isinstance(weight, ResidentWeight) else dequantized(weight)
     flat64 = flat.double()
     out = torch.empty(flat.shape[0], out_features, dtype=torch.float32, device=flat.device)
     for start in range(0, out_features, _ROWS_PER_CHUNK):  # bounds the transient fp64 weight copy
@@ -62,5 +100,5 @@ def grouped_linear_ref(x: torch.Tensor, weight: Weight) -> torch.Tensor:
     out_rows, in_features = weight_shape(weight)
     if in_features != in_per_group or out_rows % groups:
         raise ValueError(f"grouped_linear: {x.shape=} does not fit weight {(out_rows, in_features)} in {groups} groups")
-    w = dequantized(weight).view(groups, out_rows // groups, in_per_group)
-    return torch.einsum("tgk,grk->tgr", x.double(), w.double()).float()
+    w = weight.values if isinstance(weight, ResidentWeight) else dequantized(weight).double()
+    return torch.einsum("tgk,grk->tgr", x.double(), w.view(groups, out_rows // groups, in_per_group)).float()

@@ -1,0 +1,81 @@
+"""EngineConfig: everything `LLM(...)`, `mxserve run` and `mxserve serve` let a user choose.
+
+Frozen and validated once; each component receives only the part it needs (the scheduler gets a
+SchedulerConfig built from it). Derived values (pages that fit, per-token bytes) are computed
+by the engine at start-up and never written back here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+NUMERICS = ("faithful", "exact")
+KV_CACHE_DTYPES = ("fp8_ds_mla", "bf16", "fp32")
+DEVICES = ("auto", "cpu", "cuda")
+# op → backends a user may force. "reference-resident" = the reference linear on weights decoded
+# once at load (bit-identical, 8 B/parameter); chosen automatically for small models on the CPU.
+KERNEL_BACKENDS: dict[str, tuple[str, ...]] = {
+    "linear": ("reference", "reference-resident"),
+    "moe": ("reference",),
+    "sparse_attention": ("reference",),
+    "indexer": ("reference",),
+    "compressor": ("reference",),
+    "topk": ("reference",),
+}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str | None = None  # checkpoint directory; None = the packaged default model
+    device: str = "auto"  # "auto" (cuda when available), "cpu", "cuda" or "cuda:N"
+    numerics: str = "faithful"  # "faithful" (release QAT simulation) or "exact" (fp32 oracle mode)
+    kv_cache_dtype: str | None = None  # None = the numeric mode's default (fp8_ds_mla / fp32)
+    max_model_len: int = 4096  # tokens (prompt + output) per request
+    max_num_seqs: int = 64  # requests running at once
+    max_num_batched_tokens: int = 2048  # token budget per step (decodes + prefill chunks)
+    long_prefill_token_threshold: int = 1024  # most prompt tokens one request takes per step
+    block_size: int = 64  # cache entries per page, every pool
+    kv_cache_memory: int | None = None  # bytes for all caches; None = sized from the device (see docs)
+    gpu_memory_utilization: float = 0.9  # fraction of free GPU memory the caches may take when sizing
+    kernel_overrides: dict[str, str] = field(default_factory=dict)  # op name → backend ("reference", ...)
+    seed: int = 0  # seeds requests that bring none (per-request seeds are drawn from it)
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"EngineConfig.{name}={getattr(self, name)!r}: {why}")
+
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold",
+                     "block_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise bad(name, "must be a positive integer")
+        if self.numerics not in NUMERICS:
+            raise bad("numerics", f"must be one of {NUMERICS}")
+        if self.kv_cache_dtype is not None and self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise bad("kv_cache_dtype", f"must be one of {KV_CACHE_DTYPES}")
+        if not (self.device in DEVICES or self.device.startswith("cuda:")):
+            raise bad("device", f"must be one of {DEVICES} or 'cuda:N'")
+        if self.kv_cache_memory is not None and (
+            not isinstance(self.kv_cache_memory, int) or isinstance(self.kv_cache_memory, bool) or self.kv_cache_memory <= 0
+        ):
+            raise bad("kv_cache_memory", "must be a positive number of bytes")
+        if not (isinstance(self.gpu_memory_utilization, int | float) and 0 < self.gpu_memory_utilization <= 1
+                and math.isfinite(self.gpu_memory_utilization)):
+            raise bad("gpu_memory_utilization", "must lie in (0, 1]")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise bad("seed", "must be an integer")
+        for op, backend in self.kernel_overrides.items():
+            if op not in KERNEL_BACKENDS:
+                raise ValueError(f"EngineConfig.kernel_overrides: unknown op {op!r}; known ops: {sorted(KERNEL_BACKENDS)}")
+            if backend not in KERNEL_BACKENDS[op]:
+                raise ValueError(
+                    f"EngineConfig.kernel_overrides[{op!r}]={backend!r}: unknown backend; available: "
+                    f"{list(KERNEL_BACKENDS[op])} (Triton backends land with the kernel issues)"
+                )
+
+    def replace(self, **changes: Any) -> EngineConfig:
+        from dataclasses import replace
+
+        return replace(self, **changes)

@@ -1,0 +1,293 @@
+"""LLMEngine: the synchronous engine core — requests in, incremental outputs out, one step at a time.
+
+Start-up loads the checkpoint (memory-mapped, progress bar), the tokenizer when the checkpoint
+ships one, builds the reference model, sizes the caches from the memory budget and prints one
+line saying how many pages and tokens fit. Each `step()`: the scheduler picks chunks under the
+token budget, the model runner computes them and samples, the scheduler appends tokens and
+decides EOS/length stops, the detokenizer turns tokens into text and decides stop strings.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from mxserve.config import ConfigError
+from mxserve.config.engine_config import EngineConfig
+from mxserve.config.scheduler_config import SchedulerConfig
+from mxserve.engine.block_manager import BlockManager
+from mxserve.engine.cache_sizing import CachePlan, plan_cache
+from mxserve.engine.detokenizer import IncrementalDetokenizer
+from mxserve.engine.model_runner import ModelRunner, RequestSampling
+from mxserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprobs
+from mxserve.engine.request import FinishReason, Request
+from mxserve.engine.sampling_params import SamplingParams, request_seeds
+from mxserve.engine.scheduler import Scheduler
+from mxserve.engine.tokenizer import Tokenizer
+from mxserve.model.checkpoint import CheckpointReader
+from mxserve.model.deepseek_v4 import DeepseekV4Model
+from mxserve.model.kv_state import ModelCacheState
+
+logger = logging.getLogger("mxserve.engine")
+
+_CPU_DEFAULT_CACHE_BYTES = 1 << 30  # 1 GiB of caches on the CPU unless told otherwise
+_RESIDENT_LIMIT_BYTES = 4 << 30  # decode weights once at load when the fp64 copy stays below this
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={name!r} asked for, but torch sees no CUDA device")
+    return device
+
+
+def resolve_model_dir(model: str | None) -> Path:
+    if model is None:
+        from mxserve import default_model_path
+
+        return Path(default_model_path())
+    path = Path(model)
+    if not path.is_dir():
+        raise ConfigError(f"model directory {path} does not exist")
+    return path
+
+
+@dataclass
+class _Sample:
+    """One of a request's n samples, as the engine tracks it."""
+
+    sampling: RequestSampling
+    detokenizer: IncrementalDetokenizer | None
+    output: CompletionOutput
+    finished: bool = False
+
+
+@dataclass
+class _Tracked:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    samples: dict[str, _Sample]  # scheduler request id → sample
+    metrics: RequestMetrics
+    prompt_logprobs: list[TokenLogprobs | None] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return all(s.finished for s in self.samples.values())
+
+    def snapshot(self) -> RequestOutput:
+        outputs = [s.output for s in self.samples.values()]
+        return RequestOutput(
+            self.request_id, self.prompt, self.prompt_token_ids, outputs, self.finished, self.metrics,
+            self.prompt_logprobs or None,
+        )
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig, *, progress: bool = True) -> None:
+        self.config = config
+        self.device = resolve_device(config.device)
+        model_dir = resolve_model_dir(config.model)
+        reader = CheckpointReader(model_dir)
+        self.model_config = reader.config
+        weights = reader.load(progress=progress and sys.stderr.isatty())
+        if self.device.type != "cpu":
+            weights = {name: w.to(self.device) for name, w in weights.items()}
+        self.tokenizer = Tokenizer.from_dir(model_dir) if (model_dir / "tokenizer.json").exists() else None
+        linear_backend = self._choose_linear_backend(weights)
+        self.model = DeepseekV4Model(self.model_config, weights, numerics=config.numerics,
+                                     kv_cache_dtype=config.kv_cache_dtype,
+                                     resident_weights=linear_backend == "reference-resident")
+        max_model_len = min(config.max_model_len, self.model_config.max_position_embeddings)
+        self.max_model_len = max_model_len
+        self.cache_plan: CachePlan = plan_cache(
+            self.model_config, self.model.policy, budget_bytes=self._cache_budget(), block_size=config.block_size,
+            max_num_seqs=config.max_num_seqs, max_model_len=max_model_len,
+        )
+        cache_state = ModelCacheState(self.model_config, self.model.policy, num_blocks=self.cache_plan.num_blocks,
+                                      block_size=config.block_size, manage_tables=False, device=self.device)
+        self.scheduler = Scheduler(
+            SchedulerConfig(max_model_len=max_model_len, max_num_batched_tokens=config.max_num_batched_tokens,
+                            long_prefill_token_threshold=config.long_prefill_token_threshold,
+                            max_num_seqs=config.max_num_seqs),
+            BlockManager(self.cache_plan.pool_specs),
+        )
+        self.runner = ModelRunner(self.model, cache_state, self.device)
+        self._requests: dict[str, _Tracked] = {}
+        self._sample_owner: dict[str, str] = {}  # scheduler request id → user request id
+        self._seed_rng = __import__("random").Random(config.seed)
+        logger.info("%s (%s numerics, device %s)", self.cache_plan.startup_line(), config.numerics, self.device)
+
+    def _choose_linear_backend(self, weights) -> str:
+        """Forced by kernel_overrides, else resident decoded weights for small models on the CPU."""
+        forced = self.config.kernel_overrides.get("linear")
+        num_params = sum(
+            w.shape[0] * w.shape[1] if not isinstance(w, torch.Tensor) else w.numel() for w in weights.values()
+        )
+        resident_bytes = 8 * num_params
+        if forced is not None:
+            choice, why = forced, "forced by kernel_overrides"
+        elif self.device.type == "cpu" and resident_bytes <= _RESIDENT_LIMIT_BYTES:
+            choice, why = "reference-resident", f"CPU and {resident_bytes / 2**20:.0f} MiB decoded fit"
+        else:
+            choice, why = "reference", f"decode per call ({resident_bytes / 2**30:.1f} GiB decoded would not fit)"
+        logger.info("linear backend: %s (%s)", choice, why)
+        return choice
+
+    def _cache_budget(self) -> int:
+        if self.config.kv_cache_memory is not None:
+            return self.config.kv_cache_memory
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            return int(free * self.config.gpu_memory_utilization)
+        return _CPU_DEFAULT_CACHE_BYTES
+
+    # ------------------------------------------------------------------ requests
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return (self.model_config.eos_token_id,)
+
+    def encode_prompt(self, prompt: str | Sequence[int]) -> tuple[str | None, list[int]]:
+        """Text prompts get BOS + the tokenizer's ids (as HF's default encode does for DeepSeek)."""
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("this checkpoint ships no tokenizer.json: pass prompts as token ids")
+            if not prompt:
+                raise ValueError("prompt is empty")
+            return prompt, [self.model_config.bos_token_id, *self.tokenizer.encode(prompt)]
+        ids = list(prompt)
+        if not ids:
+            raise ValueError("prompt is empty (no token ids)")
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise ValueError("prompt token ids must be integers")
+        bad = [t for t in ids if not 0 <= t < self.model_config.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token id {bad[0]} outside the vocabulary [0, {self.model_config.vocab_size})")
+        return None, ids
+
+    def add_request(self, request_id: str, prompt: str | Sequence[int], params: SamplingParams) -> None:
+        """Queue a request; ValueError (nothing queued) for an empty or overlong prompt or a duplicate id."""
+        if request_id in self._requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        text, ids = self.encode_prompt(prompt)
+        if len(ids) >= self.max_model_len:
+            raise ValueError(
+                f"prompt has {len(ids)} tokens; max_model_len={self.max_model_len} leaves no room to generate"
+            )
+        max_tokens = min(params.max_tokens, self.max_model_len - len(ids))
+        seeds = request_seeds(params, rng=self._seed_rng) if params.seed is None else request_seeds(params)
+        tracked = _Tracked(request_id, text, ids, params, {}, RequestMetrics(time.monotonic()))
+        new_requests = []
+        for index, seed in enumerate(seeds):
+            sub_id = request_id if params.n == 1 else f"{request_id}#{index}"
+            stop = params.stop_criteria(self.eos_token_ids)
+            if max_tokens != params.max_tokens:
+                stop = type(stop)(max_tokens=max_tokens, eos_token_ids=stop.eos_token_ids,
+                                  stop_token_ids=stop.stop_token_ids, ignore_eos=stop.ignore_eos)
+            detok = None
+            if self.tokenizer is not None:
+                detok = IncrementalDetokenizer(
+                    self.tokenizer, skip_special_tokens=params.skip_special_tokens, stop=tuple(params.stop),
+                    include_stop_str_in_output=params.include_stop_str_in_output, context_ids=ids[-8:],
+                )
+            sampling = RequestSampling(params, seed, tuple(ids), wants_prompt_logprobs=params.prompt_logprobs is not None
+                                       and index == 0)
+            tracked.samples[sub_id] = _Sample(sampling, detok, CompletionOutput(index, "", [],
+                                              logprobs=[] if params.logprobs is not None else None,
+                                              cumulative_logprob=0.0 if params.logprobs is not None else None))
+            new_requests.append(Request(sub_id, tuple(ids), stop))
+        for request in new_requests:
+            self.scheduler.add_request(request)
+            self._sample_owner[request.request_id] = request_id
+        self._requests[request_id] = tracked
+
+    def abort_request(self, request_id: str) -> bool:
+        tracked = self._requests.pop(request_id, None)
+        if tracked is None:
+            return False
+        for sub_id, sample in tracked.samples.items():
+            self.scheduler.abort_request(sub_id)
+            self._sample_owner.pop(sub_id, None)
+            sample.output.finish_reason = sample.output.finish_reason or FinishReason.ABORT.value
+        return True
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._requests)
+
+    # ------------------------------------------------------------------ the step
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduled step; return a snapshot of every request that changed."""
+        step = self.scheduler.schedule()
+        sampling = {c.request_id: self._sampling_of(c.request_id) for c in step.chunks}
+        for chunk in step.chunks:
+            if chunk.is_new and chunk.request_id in self._sample_owner:
+                self._requests[self._sample_owner[chunk.request_id]].prompt_logprobs.clear()
+        result = self.runner.execute(step, sampling)
+        if not result.logits_finite:
+            logger.error("non-finite logits in a step with requests %s", [c.request_id for c in step.chunks])
+        updates = self.scheduler.update_from_output(step, result.runner_output)
+        now = time.monotonic()
+        changed: dict[str, _Tracked] = {}
+        for rid, records in result.prompt_logprobs.items():
+            tracked = self._requests[self._sample_owner[rid]]
+            if not tracked.prompt_logprobs:
+                tracked.prompt_logprobs.append(None)  # position 0 has no logprob
+            tracked.prompt_logprobs.extend(_to_token_logprobs(r) for r in records)
+        for update in updates:
+            owner = self._sample_owner.get(update.request_id)
+            if owner is None:
+                continue
+            tracked = self._requests[owner]
+            sample = tracked.samples[update.request_id]
+            out = sample.output
+            out.token_ids.extend(update.new_token_ids)
+            if tracked.metrics.first_token_time_s is None:
+                tracked.metrics.first_token_time_s = now
+            tracked.metrics.token_times_s.append(now)
+            record = result.sampled_logprobs.get(update.request_id)
+            if record is not None and out.logprobs is not None:
+                out.logprobs.append(_to_token_logprobs(record))
+                out.cumulative_logprob = (out.cumulative_logprob or 0.0) + record.logprob
+            finish = update.finish_reason
+            if sample.detokenizer is not None:
+                delta = sample.detokenizer.add_tokens(update.new_token_ids)
+                out.text += delta.text
+                if delta.stop is not None and finish is None:
+                    self.scheduler.finish_request(update.request_id, FinishReason.STOP)
+                    finish, out.stop_reason = FinishReason.STOP, delta.stop
+                if finish is not None and delta.stop is None:
+                    out.text += sample.detokenizer.finish().text
+            if finish is not None:
+                out.finish_reason = finish.value
+                if finish is FinishReason.STOP and out.stop_reason is None and update.new_token_ids:
+                    out.stop_reason = update.new_token_ids[-1]
+                sample.finished = True
+                self._sample_owner.pop(update.request_id, None)
+            changed[owner] = tracked
+        outputs = []
+        for owner, tracked in changed.items():
+            if tracked.finished:
+                tracked.metrics.finished_time_s = now
+                self._requests.pop(owner, None)
+            outputs.append(tracked.snapshot())
+        return outputs
+
+    def _sampling_of(self, sub_id: str) -> RequestSampling:
+        tracked = self._requests[self._sample_owner[sub_id]]
+        sampling = tracked.samples[sub_id].sampling
+        if sampling.wants_prompt_logprobs and len(tracked.prompt_logprobs) >= len(tracked.prompt_token_ids):
+            return RequestSampling(sampling.params, sampling.seed, sampling.prompt_token_ids, False)
+        return sampling
+
+
+def _to_token_logprobs(record) -> TokenLogprobs:
+    return TokenLogprobs(record.token_id, record.logprob, record.rank, {t.token_id: t.logprob for t in record.top})

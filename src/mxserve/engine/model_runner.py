@@ -1,0 +1,122 @@
+"""ModelRunner: one scheduled step → one model forward → sampled tokens (and logprobs).
+
+It turns a `SchedulerOutput` into the model's typed `ForwardBatch` (one chunk per request, the
+block manager's page tables installed in the caches), runs `DeepseekV4Model.forward`, and samples
+one token for every chunk that reached the end of its sequence. Sampling is keyed by (request
+seed, absolute position of the new token), so a request's tokens do not depend on the batch it
+runs in, nor on a preemption that recomputes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from mxserve.engine.logprobs import LogprobsTensors, PositionLogprobs, compute_logprobs, gather_logprobs
+from mxserve.engine.sampler import Sampler
+from mxserve.engine.sampling_params import SamplingParams
+from mxserve.engine.scheduler_output import RunnerOutput, SchedulerOutput
+from mxserve.model.deepseek_v4 import DeepseekV4Model
+from mxserve.model.forward_batch import ForwardBatch
+from mxserve.model.kv_state import ModelCacheState
+
+
+@dataclass(frozen=True)
+class RequestSampling:
+    """What the runner needs to know about a request beyond its tokens."""
+
+    params: SamplingParams
+    seed: int  # this sample's seed (drawn once per request when none was given)
+    prompt_token_ids: tuple[int, ...]
+    wants_prompt_logprobs: bool  # still to be reported (False once delivered)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+
+@dataclass
+class StepResult:
+    runner_output: RunnerOutput  # sampled token per request that reached its sequence end
+    sampled_logprobs: dict[str, PositionLogprobs] = field(default_factory=dict)  # when params.logprobs is set
+    prompt_logprobs: dict[str, list[PositionLogprobs]] = field(default_factory=dict)  # rows of this chunk, per request
+    logits_finite: bool = True  # False when any computed logit row held NaN/inf
+
+
+class ModelRunner:
+    def __init__(self, model: DeepseekV4Model, cache_state: ModelCacheState, device: torch.device) -> None:
+        self.model = model
+        self.cache_state = cache_state
+        self.device = device
+        self.sampler = Sampler()
+
+    def release(self, request_ids) -> None:
+        """Forget finished, aborted or preempted requests' tables (the block manager owns the pages)."""
+        for request_id in request_ids:
+            self.cache_state.free_sequence(request_id)
+
+    def execute(self, step: SchedulerOutput, sampling: Mapping[str, RequestSampling]) -> StepResult:
+        self.release(step.finished_request_ids | step.preempted_request_ids)
+        if not step.chunks:
+            return StepResult(RunnerOutput({}))
+        rows: list[int] = []
+        sample_rows: dict[str, int] = {}  # request id → index into `rows`
+        prompt_rows: dict[str, tuple[int, int]] = {}  # request id → (first index into rows, count)
+        offset = 0
+        for chunk in step.chunks:
+            if chunk.is_new:
+                self.cache_state.free_sequence(chunk.request_id)
+            self.cache_state.set_block_tables(chunk.request_id, chunk.block_tables)
+            info = sampling[chunk.request_id]
+            # rows that predict prompt tokens 1 .. num_prompt - 1 (prompt logprobs, first run only)
+            last_prompt_row = min(chunk.end_pos, info.num_prompt_tokens - 1)
+            if info.wants_prompt_logprobs and chunk.start_pos < last_prompt_row:
+                prompt_rows[chunk.request_id] = (len(rows), last_prompt_row - chunk.start_pos)
+                rows.extend(range(offset, offset + last_prompt_row - chunk.start_pos))
+            if chunk.samples_next_token:
+                if rows and rows[-1] == offset + chunk.num_tokens - 1:
+                    sample_rows[chunk.request_id] = len(rows) - 1
+                else:
+                    sample_rows[chunk.request_id] = len(rows)
+                    rows.append(offset + chunk.num_tokens - 1)
+            offset += chunk.num_tokens
+
+        batch = ForwardBatch.from_chunks(
+            [list(c.token_ids) for c in step.chunks], [c.request_id for c in step.chunks],
+            [c.start_pos for c in step.chunks], logits_for=rows, device=self.device,
+        )
+        logits = self.model.forward(batch, self.cache_state) if rows else None
+        result = StepResult(RunnerOutput({}))
+        if logits is None:
+            return result
+        result.logits_finite = bool(torch.isfinite(logits).all())
+
+        if sample_rows:
+            ids = list(sample_rows)
+            picked = logits[torch.tensor([sample_rows[i] for i in ids], device=logits.device)]
+            out = self.sampler.sample(
+                picked, [sampling[i].params for i in ids], [sampling[i].seed for i in ids],
+                [self._chunk_end(step, i) for i in ids],
+            )
+            tokens = out.token_ids.tolist()
+            result.runner_output = RunnerOutput({rid: (tok,) for rid, tok in zip(ids, tokens, strict=True)})
+            if out.top_logprobs is not None:
+                wanted = [sampling[i].params.logprobs or 0 for i in ids]
+                for rid, record in zip(ids, out.top_logprobs.to_positions(wanted), strict=True):
+                    if sampling[rid].params.logprobs is not None:
+                        result.sampled_logprobs[rid] = record
+        for rid, (first, count) in prompt_rows.items():
+            start = step.chunk_of(rid).start_pos
+            # row at position p predicts prompt token p + 1 (which may sit in the next chunk)
+            targets = torch.tensor(sampling[rid].prompt_token_ids[start + 1 : start + 1 + count], dtype=torch.int64,
+                                   device=logits.device)
+            lp = compute_logprobs(logits[first : first + count])
+            tensors: LogprobsTensors = gather_logprobs(lp, targets, sampling[rid].params.prompt_logprobs or 0)
+            result.prompt_logprobs[rid] = tensors.to_positions()
+        return result
+
+    @staticmethod
+    def _chunk_end(step: SchedulerOutput, request_id: str) -> int:
+        return step.chunk_of(request_id).end_pos
