@@ -7,6 +7,7 @@ import typer
 from mxserve.cli.convert_cmd import convert
 from mxserve.cli.inspect_cmd import inspect
 from mxserve.cli.random_cmd import random_checkpoint_cmd
+from mxserve.cli.run_cmd import run
 
 app = typer.Typer(
     name="mxserve",
@@ -15,6 +16,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.command("run")(run)
 app.command("inspect")(inspect)
 app.command("convert")(convert)
 app.command("random-checkpoint")(random_checkpoint_cmd)
