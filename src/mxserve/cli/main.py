@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import typer
 
 from mxserve.cli.convert_cmd import convert
@@ -23,6 +26,8 @@ app.command("random-checkpoint")(random_checkpoint_cmd)
 
 
 def main() -> None:
+    # Engine start-up lines (cache plan, chosen kernels) go to stderr, message only.
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     app()
 
 
