@@ -1,0 +1,17 @@
+"""Suite-wide settings.
+
+One intra-op thread: the models under test are tiny, so their ops are dispatch-bound, and
+OpenMP's spinning threads turn any contention for the 2 CI cores into 10-20x slowdowns (measured:
+the 0731 layout test takes 7.7 s with one thread and 149 s with two on a loaded machine).
+Results do not depend on it: the reference model is bit-identical across thread counts by
+construction (fp64 accumulation). Set before torch is imported so CLI subprocesses inherit it.
+"""
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import torch
+
+torch.set_num_threads(1)
