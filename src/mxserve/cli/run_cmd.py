@@ -41,6 +41,7 @@ def run(
     numerics: Annotated[str, typer.Option("--numerics", help="faithful (release QAT) or exact (fp32 oracle).")] = "faithful",
     kv_cache_dtype: Annotated[str | None, typer.Option("--kv-cache-dtype", help="fp8_ds_mla, bf16 or fp32.")] = None,
     max_model_len: Annotated[int, typer.Option("--max-model-len", help="Context length per request.")] = 4096,
+    cpu_threads: Annotated[int | None, typer.Option("--cpu-threads", help="CPU threads (default: 1 for small models).")] = None,
 ) -> None:
     """Chat with a DeepSeek-V4 checkpoint (default: the small model shipped with mxserve)."""
     from mxserve.engine.llm import LLM
@@ -50,7 +51,8 @@ def run(
         params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
         started = time.monotonic()
         llm = LLM(None if model is None else str(model), device=device, numerics=numerics,
-                  kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len, progress=show_progress())
+                  kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len, cpu_threads=cpu_threads,
+                  progress=show_progress())
     except ValueError as exc:
         typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None

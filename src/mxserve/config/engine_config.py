@@ -41,6 +41,7 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9  # fraction of free GPU memory the caches may take when sizing
     kernel_overrides: dict[str, str] = field(default_factory=dict)  # op name → backend ("reference", ...)
     seed: int = 0  # seeds requests that bring none (per-request seeds are drawn from it)
+    cpu_threads: int | None = None  # torch intra-op threads on the CPU; None = auto (1 for small models)
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ValueError:
@@ -66,6 +67,10 @@ class EngineConfig:
             raise bad("gpu_memory_utilization", "must lie in (0, 1]")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise bad("seed", "must be an integer")
+        if self.cpu_threads is not None and (
+            not isinstance(self.cpu_threads, int) or isinstance(self.cpu_threads, bool) or self.cpu_threads <= 0
+        ):
+            raise bad("cpu_threads", "must be a positive integer (or None for auto)")
         for op, backend in self.kernel_overrides.items():
             if op not in KERNEL_BACKENDS:
                 raise ValueError(f"EngineConfig.kernel_overrides: unknown op {op!r}; known ops: {sorted(KERNEL_BACKENDS)}")

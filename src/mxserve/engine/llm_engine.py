@@ -104,6 +104,7 @@ class LLMEngine:
             weights = {name: w.to(self.device) for name, w in weights.items()}
         self.tokenizer = Tokenizer.from_dir(model_dir) if (model_dir / "tokenizer.json").exists() else None
         linear_backend = self._choose_linear_backend(weights)
+        self._set_cpu_threads(small_model=linear_backend == "reference-resident")
         self.model = DeepseekV4Model(self.model_config, weights, numerics=config.numerics,
                                      kv_cache_dtype=config.kv_cache_dtype,
                                      resident_weights=linear_backend == "reference-resident")
@@ -142,6 +143,17 @@ class LLMEngine:
             choice, why = "reference", f"decode per call ({resident_bytes / 2**30:.1f} GiB decoded would not fit)"
         logger.info("linear backend: %s (%s)", choice, why)
         return choice
+
+    def _set_cpu_threads(self, *, small_model: bool) -> None:
+        """Small models on the CPU run dispatch-bound ops where a second OpenMP thread only adds
+        spinning: measured on the 2-core machine under load, 1 thread decodes the default model at
+        5.8 tok/s and 2 threads at 0.7 tok/s. Results are identical either way (fp64 reference)."""
+        if self.device.type != "cpu":
+            return
+        threads = self.config.cpu_threads or (1 if small_model else None)
+        if threads is not None:
+            torch.set_num_threads(threads)
+        logger.info("CPU threads: %d", torch.get_num_threads())
 
     def _cache_budget(self) -> int:
         if self.config.kv_cache_memory is not None:
