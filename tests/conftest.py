@@ -15,3 +15,21 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import torch
 
 torch.set_num_threads(1)
+
+
+# Session-wide tiny checkpoints (written once per process, never modified: tests copy before editing).
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tests.checkpoint.fixtures import shared_checkpoint  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_all() -> Path:
+    return shared_checkpoint("tiny-all", 1)
+
+
+@pytest.fixture(scope="session")
+def tiny_0731() -> Path:
+    return shared_checkpoint("tiny-0731", 2)

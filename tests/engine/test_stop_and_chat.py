@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from mxserve import LLM, SamplingParams
@@ -49,7 +51,7 @@ def test_stream_yields_growing_text_and_utf8_is_never_split(llm):
     seen = []
     for out in llm.stream("And the LORD", SamplingParams(max_tokens=10, temperature=0)):
         seen.append(out.outputs[0].text)
-    assert seen and all(b.startswith(a) for a, b in zip(seen, seen[1:], strict=False))
+    assert seen and all(b.startswith(a) for a, b in itertools.pairwise(seen))
     assert "\ufffd" not in seen[-1]
 
 
