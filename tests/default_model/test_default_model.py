@@ -1,0 +1,66 @@
+"""The packaged default model (issue 5): it is where `default_model_path()` says, it passes the
+checkpoint's manifest and inventory checks, its tokenizer carries the DeepSeek-V4 specials, and
+mxserve's reference model (faithful numerics) greedily continues a KJV prompt sensibly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import mxserve
+from mxserve.default_model import default_model_path, heldout_sample_path
+from mxserve.default_model.degeneracy import degeneracy_reason
+from mxserve.engine.tokenizer import Tokenizer
+from mxserve.model.checkpoint import CheckpointReader
+from mxserve.model.deepseek_v4 import DeepseekV4Model
+from mxserve.model.forward_batch import ForwardBatch
+
+NUM_SPECIAL = 14  # ids 0..13: BOS, EOS, User, Assistant, think, /think, DSML, latest_reminder, 6 task tokens
+
+
+@pytest.fixture(scope="module")
+def reader() -> CheckpointReader:
+    return CheckpointReader(default_model_path())
+
+
+def test_path_is_the_packaged_directory_and_needs_no_torch() -> None:
+    assert mxserve.default_model_path() == default_model_path()
+    assert (default_model_path() / "config.json").is_file()
+    assert heldout_sample_path().stat().st_size > 1000
+    code = "import sys, mxserve; mxserve.default_model_path(); assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_checkpoint_validates_in_release_formats(reader: CheckpointReader) -> None:
+    reader.validate()  # SHA-256 manifest, shape/dtype inventory, packed values
+    formats = reader.bytes_by_format()
+    assert sum(formats.values()) <= 30_000_000, formats
+    config = reader.config
+    assert config.quantization is not None and config.expert_dtype == "fp4"
+    assert {k.value for k in config.layer_kinds} == {"sliding", "csa", "hca"}
+    assert 0 < config.num_hash_layers < config.num_hidden_layers  # hash and learned routing
+    assert config.hc_mult == 4 and config.o_groups >= 2 and config.head_dim == 512
+
+
+def test_tokenizer_has_the_specials_at_release_ids() -> None:
+    tok = Tokenizer.from_dir(default_model_path())
+    assert (tok.bos_token_id, tok.eos_token_id) == (0, 1)
+    assert max(vars(tok.special_ids).values()) < NUM_SPECIAL
+
+
+def test_faithful_greedy_continuation_is_not_degenerate(reader: CheckpointReader) -> None:
+    tok = Tokenizer.from_dir(default_model_path())
+    model = DeepseekV4Model(reader.config, reader.load(progress=False), numerics="faithful")
+    prompt = [tok.bos_token_id, *tok.encode("3:16 For God so loved the world, that he")]
+    state = model.new_cache_state(max_sequences=1, max_positions=64, block_size=16)
+    logits = model.forward(ForwardBatch.from_chunks([prompt], [0], [0], logits_for="last"), state)
+    new: list[int] = []
+    for _ in range(20):
+        new.append(int(torch.argmax(logits[-1])))
+        logits = model.forward(ForwardBatch.from_chunks([[new[-1]]], [0], [len(prompt) + len(new) - 1]), state)
+    text = tok.decode(new)
+    assert degeneracy_reason(new, num_special=NUM_SPECIAL) is None, text
+    assert sum(c.isalpha() for c in text) > len(text) // 2, text  # words, not punctuation or digits
