@@ -26,6 +26,7 @@ from mxserve.model.forward_batch import ForwardBatch, SequenceChunk
 from mxserve.model.kv_state import LayerCaches, ModelCacheState, Pool
 from mxserve.model.norms import rms_norm, unweighted_rms_norm
 from mxserve.model.numerics import NumericPolicy
+from mxserve.model.observer import ForwardObserver
 from mxserve.model.rope import apply_rope
 
 
@@ -61,9 +62,11 @@ class LayerContext:
 
 def attention_forward(
     x: torch.Tensor, batch: ForwardBatch, w: AttentionWeights, ctx: LayerContext,
-    caches: LayerCaches, state: ModelCacheState,
+    caches: LayerCaches, state: ModelCacheState, observer: ForwardObserver | None = None,
 ) -> torch.Tensor:
-    """x [T, D] (normed block input, stream dtype) → [T, D] in stream dtype."""
+    """x [T, D] (normed block input, stream dtype) → [T, D] in stream dtype.
+
+    `observer` (optional, verification only) sees cache reader outputs and attention logits/probs."""
     cfg, policy = ctx.config, ctx.policy
     sd, qi = policy.stream_dtype, policy.quantize_gemm_inputs
     num_tokens, heads, head_dim = x.shape[0], cfg.num_attention_heads, cfg.head_dim
@@ -88,7 +91,7 @@ def attention_forward(
         out[rows] = _attend_chunk(
             chunk, positions[rows], x[rows], q[rows], kv[rows],
             None if indexer_q is None else indexer_q[rows], None if indexer_w is None else indexer_w[rows],
-            w, ctx, caches, state,
+            w, ctx, caches, state, observer,
         )
     out = apply_rope(out.to(sd), positions, ctx.inv_freq, inverse=True)
     grouped = grouped_linear_ref(out.reshape(num_tokens, cfg.o_groups, -1), w.wo_a).to(sd)
@@ -99,6 +102,7 @@ def _attend_chunk(
     chunk: SequenceChunk, positions: torch.Tensor, x: torch.Tensor, q: torch.Tensor, kv: torch.Tensor,
     indexer_q: torch.Tensor | None, indexer_w: torch.Tensor | None,
     w: AttentionWeights, ctx: LayerContext, caches: LayerCaches, state: ModelCacheState,
+    observer: ForwardObserver | None,
 ) -> torch.Tensor:
     cfg, policy, seq = ctx.config, ctx.policy, chunk.seq_id
     state.ensure_capacity(seq, chunk.end_pos)
@@ -121,18 +125,28 @@ def _attend_chunk(
         )
         visible = torch.div(positions + 1, ratio, rounding_mode="floor")  # entries s < visible[t]
         if csa:
-            entry_ids = _indexer_select(chunk, positions, x, indexer_q, indexer_w, visible, w, ctx, caches, state)
+            entry_ids = _indexer_select(chunk, positions, x, indexer_q, indexer_w, visible, w, ctx, caches, state,
+                                        observer)
         else:
             candidates = torch.arange(int(visible.max()), device=positions.device)
             entry_ids = torch.where(candidates[None, :] < visible[:, None], candidates[None, :], -1)
         sources.append((caches.compressed, state.slots(entry_pool, seq, entry_ids)))
 
-    return sparse_attention_ref(q, sources, w.sink, cfg.head_dim**-0.5)
+    inspect = None
+    if observer is not None:
+        site_names = {"source 0": "window cache reader", "source 1": "compressed cache reader",
+                      "logits": "attention logits", "probs": "attention probs"}
+
+        def inspect(name: str, values: torch.Tensor) -> None:
+            observer.on_attention_values(ctx.layer_id, seq, site_names[name], values)
+
+    return sparse_attention_ref(q, sources, w.sink, cfg.head_dim**-0.5, inspect=inspect)
 
 
 def _indexer_select(
     chunk: SequenceChunk, positions: torch.Tensor, x: torch.Tensor, indexer_q: torch.Tensor, indexer_w: torch.Tensor,
     visible: torch.Tensor, w: AttentionWeights, ctx: LayerContext, caches: LayerCaches, state: ModelCacheState,
+    observer: ForwardObserver | None,
 ) -> torch.Tensor:
     """Run the indexer's compressor, score the causal candidates, pick the tie-broken top-k."""
     cfg, policy, seq = ctx.config, ctx.policy, chunk.seq_id
@@ -148,6 +162,8 @@ def _indexer_select(
         return torch.empty(positions.shape[0], 0, dtype=torch.int64, device=positions.device)
     all_ids = torch.arange(num_entries, device=positions.device)
     keys = caches.indexer.read(state.slots(Pool.INDEXER, seq, all_ids))
+    if observer is not None:
+        observer.on_attention_values(ctx.layer_id, seq, "indexer key cache reader", keys)
     scores = indexer_scores_ref(indexer_q, indexer_w, keys)  # [T, N]
     k = min(cfg.index_topk, num_entries)
     return topk_tiebroken(scores, k, num_valid=visible)

@@ -25,6 +25,7 @@ from mxserve.model.kv_state import ModelCacheState
 from mxserve.model.moe import MoEWeights, moe_forward
 from mxserve.model.norms import rms_norm
 from mxserve.model.numerics import KVCacheDtype, NumericMode, NumericPolicy
+from mxserve.model.observer import ForwardObserver
 from mxserve.model.rope import RopeTables
 from mxserve.model.weights import WeightStore
 
@@ -38,11 +39,15 @@ class DeepseekV4Model:
         numerics: NumericMode | str | NumericPolicy = NumericMode.FAITHFUL,
         kv_cache_dtype: KVCacheDtype | str | None = None,
         resident_weights: bool = False,
+        observer: ForwardObserver | None = None,
     ) -> None:
         """`numerics`: a named mode, or a full NumericPolicy (ablations pick single QAT points).
         `resident_weights`: decode every linear once into fp64 and keep it (bit-identical results,
-        8 B/parameter; the engine picks it for small models on the CPU)."""
+        8 B/parameter; the engine picks it for small models on the CPU).
+        `observer`: optional verification hook (`mxserve.model.observer`); may be set later as an
+        attribute. None (the default) costs one `is None` test per site."""
         self.config = config
+        self.observer = observer
         if isinstance(numerics, NumericPolicy):
             if kv_cache_dtype is not None:
                 raise ValueError("pass kv_cache_dtype inside the NumericPolicy, not beside it")
@@ -117,14 +122,19 @@ class DeepseekV4Model:
             raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); got {batch.token_ids.min()}..{batch.token_ids.max()}")
         hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
         streams = self.embed[batch.token_ids].to(sd)[:, None, :].expand(-1, cfg.hc_mult, -1).contiguous()
+        observer = self.observer
         for hc_attn, attn_norm, attention, hc_ffn, ffn_norm, moe, ctx in self.layers:
             block_in, post, comb = hc_pre(streams, hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
             out = attention_forward(rms_norm(block_in, attn_norm, cfg.rms_norm_eps), batch, attention, ctx,
-                                    state.layers[ctx.layer_id], state)
+                                    state.layers[ctx.layer_id], state, observer)
             streams = hc_post(out, streams, post, comb)
             block_in, post, comb = hc_pre(streams, hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
             out = moe_forward(rms_norm(block_in, ffn_norm, cfg.rms_norm_eps), batch.token_ids, moe, cfg, self.policy)
+            if observer is not None:
+                observer.on_moe_output(ctx.layer_id, batch, out)
             streams = hc_post(out, streams, post, comb)
+            if observer is not None:
+                observer.on_layer_output(ctx.layer_id, batch, streams)
         if batch.logits_rows is not None:
             streams = streams[batch.logits_rows]
         hidden = rms_norm(hc_head(streams, *self.hc_head_weights, **hc_args), self.final_norm, cfg.rms_norm_eps)

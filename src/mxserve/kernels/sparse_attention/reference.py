@@ -11,7 +11,7 @@ real physical layout.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import torch
@@ -30,18 +30,24 @@ def sparse_attention_ref(
     sources: Sequence[tuple[SlotReader, torch.Tensor]],
     sink: torch.Tensor,
     scale: float,
+    inspect: Callable[[str, torch.Tensor], None] | None = None,
 ) -> torch.Tensor:
-    """q [T, H, d]; sources: (cache, slots [T, K_i] int64, −1 invalid); sink [H] → out fp32 [T, H, d]."""
+    """q [T, H, d]; sources: (cache, slots [T, K_i] int64, −1 invalid); sink [H] → out fp32 [T, H, d].
+
+    `inspect` (optional, for verification): called with ("source i", entries read from source i),
+    ("logits", the valid keys' logits) and ("probs", probabilities); it must not modify them."""
     num_tokens = q.shape[0]
     out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     for start in range(0, num_tokens, _QUERY_CHUNK):
         stop = min(start + _QUERY_CHUNK, num_tokens)
         kvs, masks = [], []
-        for cache, slots in sources:
+        for source_index, (cache, slots) in enumerate(sources):
             chunk_slots = slots[start:stop]
             if chunk_slots.shape[1] == 0:
                 continue
             entries = cache.read(chunk_slots.reshape(-1)).float()
+            if inspect is not None:
+                inspect(f"source {source_index}", entries)
             kvs.append(entries.view(stop - start, chunk_slots.shape[1], -1))
             masks.append(chunk_slots >= 0)
         if not kvs:
@@ -56,5 +62,8 @@ def sparse_attention_ref(
         sink_logits = sink.double()[None, :, None].expand(stop - start, -1, 1)
         combined = torch.cat((logits, sink_logits), dim=-1)
         probs = torch.softmax(combined, dim=-1)[..., :-1]
+        if inspect is not None:
+            inspect("logits", logits.masked_select(valid[:, None, :].expand_as(logits)))
+            inspect("probs", probs)
         out[start:stop] = torch.einsum("thk,tkd->thd", probs, kv).float()
     return out
