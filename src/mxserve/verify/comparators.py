@@ -63,3 +63,75 @@ def first_divergence(tokens_a: list[int], tokens_b: list[int]) -> int | None:
         if a != b:
             return i
     return None if len(tokens_a) == len(tokens_b) else min(len(tokens_a), len(tokens_b))
+
+
+@dataclass(frozen=True)
+class TensorComparison:
+    """Elementwise agreement of a candidate tensor with a reference of the same shape."""
+
+    is_bit_equal: bool
+    max_abs: float
+    max_rel: float  # max|Δ| / max|reference| (a scale-free number for a whole tensor)
+    cosine: float  # of the flattened tensors
+    first_mismatch: tuple[int, ...] | None  # coordinates of the first element that differs at all
+    first_mismatch_values: tuple[float, float] | None  # (candidate, reference) there
+    num_non_finite: int  # in the candidate
+
+    def describe(self) -> str:
+        if self.is_bit_equal:
+            return "bit-equal"
+        where = f"first mismatch at {list(self.first_mismatch)} {self.first_mismatch_values}" if self.first_mismatch else ""
+        nonfinite = f", {self.num_non_finite} non-finite" if self.num_non_finite else ""
+        return f"max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}, cosine {self.cosine:.6f}{nonfinite}; {where}"
+
+
+def compare_tensors(candidate: torch.Tensor, reference: torch.Tensor) -> TensorComparison:
+    if candidate.shape != reference.shape:
+        raise ValueError(f"compare_tensors: shapes {tuple(candidate.shape)} and {tuple(reference.shape)} differ")
+    cand, ref = candidate.double(), reference.double()
+    differs = ~((cand == ref) | (torch.isnan(cand) & torch.isnan(ref)))
+    first = tuple(int(i) for i in differs.nonzero()[0]) if bool(differs.any()) else None
+    diff = (cand - ref).abs()
+    finite = torch.isfinite(diff)
+    max_abs = float(diff.max()) if bool(finite.all()) and diff.numel() else (float("inf") if diff.numel() else 0.0)
+    ref_scale = float(ref[torch.isfinite(ref)].abs().max()) if bool(torch.isfinite(ref).any()) else 0.0
+    cos = torch.nn.functional.cosine_similarity(cand.flatten(), ref.flatten(), dim=0) if cand.numel() else None
+    return TensorComparison(
+        is_bit_equal=first is None,
+        max_abs=max_abs,
+        max_rel=max_abs / ref_scale if ref_scale > 0 else (0.0 if max_abs == 0 else float("inf")),
+        cosine=float(cos) if cos is not None and bool(torch.isfinite(cos)) else (1.0 if cos is None else float("nan")),
+        first_mismatch=first,
+        first_mismatch_values=(float(cand[first]), float(ref[first])) if first is not None else None,
+        num_non_finite=int((~torch.isfinite(cand)).sum()),
+    )
+
+
+@dataclass(frozen=True)
+class LayerDivergence:
+    per_layer: list[TensorComparison]
+    first_divergent_layer: int | None  # first layer whose comparison breaks the thresholds
+    min_cosine: float
+    max_rel: float
+
+
+def first_divergent_layer(candidate_layers: list[torch.Tensor], reference_layers: list[torch.Tensor], *,
+                          min_cosine: float, max_rel: float) -> LayerDivergence:
+    """Compare per-layer hidden states; a layer diverges when its cosine < min_cosine, its max rel
+    > max_rel, or it holds non-finite values."""
+    if len(candidate_layers) != len(reference_layers):
+        raise ValueError(f"{len(candidate_layers)} candidate layers vs {len(reference_layers)} reference layers")
+    rows = [compare_tensors(c, r) for c, r in zip(candidate_layers, reference_layers, strict=True)]
+    first = next((i for i, c in enumerate(rows)
+                  if c.num_non_finite or not c.cosine >= min_cosine or not c.max_rel <= max_rel), None)
+    return LayerDivergence(rows, first, min((c.cosine for c in rows), default=1.0),
+                           max((c.max_rel for c in rows), default=0.0))
+
+
+def topk_overlap(candidate: torch.Tensor, reference: torch.Tensor, k: int) -> float:
+    """Mean over positions of |top-k(candidate) ∩ top-k(reference)| / k, for [P, V] logits."""
+    k = min(k, reference.shape[-1])
+    cand_top = candidate.topk(k, dim=-1).indices
+    ref_top = reference.topk(k, dim=-1).indices
+    hits = (cand_top[:, :, None] == ref_top[:, None, :]).any(-1).sum(-1).double()
+    return float((hits / k).mean()) if hits.numel() else 1.0
