@@ -11,6 +11,7 @@ from mxserve.cli.convert_cmd import convert
 from mxserve.cli.inspect_cmd import inspect
 from mxserve.cli.random_cmd import random_checkpoint_cmd
 from mxserve.cli.run_cmd import run
+from mxserve.cli.serve_cmd import serve
 
 app = typer.Typer(
     name="mxserve",
@@ -20,6 +21,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("run")(run)
+app.command("serve")(serve)
 app.command("inspect")(inspect)
 app.command("convert")(convert)
 app.command("random-checkpoint")(random_checkpoint_cmd)

@@ -1,0 +1,62 @@
+"""`mxserve serve`: the OpenAI-compatible HTTP server (docs/server.md).
+
+Flags that mean the same as vLLM's carry vLLM's names. Binds to 127.0.0.1 unless `--host` says
+otherwise; `--api-key` (or the MXSERVE_API_KEY environment variable, which keeps the key out of
+the process list) turns on Bearer authentication.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mxserve.cli.errors import EXIT_BAD_INPUT, one_line_errors, show_progress
+
+
+@one_line_errors
+def serve(
+    model: Annotated[Path | None, typer.Option("--model", help="Checkpoint directory; default: the packaged small model.")] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port (0 = any free port).")] = 8000,
+    api_key: Annotated[str | None, typer.Option("--api-key", envvar="MXSERVE_API_KEY",
+                                                help="Require 'Authorization: Bearer KEY' on the API routes.")] = None,
+    served_model_name: Annotated[list[str] | None, typer.Option(
+        "--served-model-name", help="Model name(s) clients use (repeatable); default: the model directory's name.")] = None,
+    max_model_len: Annotated[int, typer.Option("--max-model-len", help="Context length per request (tokens).")] = 4096,
+    max_num_seqs: Annotated[int, typer.Option("--max-num-seqs", help="Requests running at once.")] = 64,
+    max_num_batched_tokens: Annotated[int, typer.Option("--max-num-batched-tokens",
+                                                        help="Token budget per engine step.")] = 2048,
+    kv_cache_dtype: Annotated[str | None, typer.Option("--kv-cache-dtype", help="fp8_ds_mla, bf16 or fp32.")] = None,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
+    numerics: Annotated[str, typer.Option("--numerics", help="faithful (release QAT) or exact (fp32 oracle).")] = "faithful",
+    seed: Annotated[int, typer.Option("--seed", help="Seeds requests that bring no seed.")] = 0,
+    max_pending_requests: Annotated[int, typer.Option(
+        "--max-pending-requests", help="Engine requests queued or running before new ones get 503.")] = 1024,
+    max_body_bytes: Annotated[int, typer.Option("--max-body-bytes", help="Larger request bodies get 413.")] = 8 << 20,
+    shutdown_grace: Annotated[float, typer.Option(
+        "--shutdown-grace", help="Seconds in-flight requests get to finish on SIGINT/SIGTERM before they are aborted.")] = 10.0,
+) -> None:
+    """Serve a DeepSeek-V4 checkpoint over an OpenAI-compatible HTTP API."""
+    from mxserve.config.engine_config import EngineConfig
+    from mxserve.server.app import serve as run_server
+    from mxserve.server.state import ServerConfig
+
+    try:
+        engine_config = EngineConfig(model=None if model is None else str(model), device=device, numerics=numerics,
+                                     kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
+                                     max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                     seed=seed)
+        names = tuple(served_model_name or (_default_name(model),))
+        server_config = ServerConfig(served_model_names=names, api_key=api_key, max_body_bytes=max_body_bytes,
+                                     max_pending_requests=max_pending_requests, shutdown_grace_s=shutdown_grace)
+    except ValueError as exc:
+        typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    run_server(engine_config, server_config, host=host, port=port, progress=show_progress(),
+               graceful_timeout_s=shutdown_grace)
+
+
+def _default_name(model: Path | None) -> str:
+    return "mxserve-default" if model is None else model.resolve().name
