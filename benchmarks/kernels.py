@@ -1,0 +1,290 @@
+"""Roofline benchmark of `linear_fp8_block` on the DeepSeek-V4-Flash dense shapes (GPU only).
+
+For every shape (N out x K in) and M it times, under CUDA-graph replay with rotating weight copies
+(so a layer smaller than the 60 MB L2 is still read from HBM): the Triton kernel weight-only with
+bf16 and fp32 activations, the Triton kernel W8A8 (GEMM only: activations already quantized, as
+for `_scaled_mm`), bf16 `torch.matmul`, native `torch._scaled_mm` rowwise and block-scaled
+(1x128 activations, 128x128 weights, where it accepts the shape), and, at a few M,
+dequantize-then-matmul in eager torch (events, no graph: the decode builds its table on the host).
+It reports median time, TB/s on the weight bytes (FP8 codes + scales for our kernel), TFLOP/s,
+the fraction of the device-to-device copy bandwidth measured in the same run, and same-run ratios.
+`--check` first runs parity against the fp64 torch twin and the batch-invariance check.
+
+    python benchmarks/kernels.py --check --out DIR        # full table, raw rows in DIR/kernels.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from mxserve.formats import QuantizedWeight, WeightLayout, ue8m0_value
+from mxserve.kernels.linear_fp8_block import linear_fp8_block_ref, quantize_activation_fp8_block
+from mxserve.kernels.linear_fp8_block.triton import launch_linear_fp8_block, linear_fp8_block_triton
+
+SHAPES = {  # name: (N out, K in), DeepSeek-V4-Flash dense layers
+    "wq_a||wkv": (1536, 4096),
+    "wq_b": (32768, 1024),
+    "wo_b": (4096, 8192),
+    "shared_w13": (4096, 4096),
+    "shared_w2": (4096, 2048),
+    "idx_wq_b": (8192, 1024),
+    "head": (129280, 4096),
+}
+MS = (1, 2, 4, 8, 16, 32, 64, 256, 2048)
+ROTATE_BYTES = 192 << 20  # weight copies per graph so that one pass reads >= 3x the L2
+DEQ_MS = (1, 8, 2048)
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy of 2 GiB, bytes read + written per second (the memory ceiling)."""
+    src = torch.empty(1 << 31, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    times = []
+    for _ in range(10):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    return 2 * src.numel() / statistics.median(times)
+
+
+def graph_time(calls: list, replays: int = 15) -> float:
+    """Median seconds per call: one graph runs every closure in `calls` once (rotating inputs)."""
+    for fn in calls:  # compile and warm up outside the capture
+        fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        for fn in calls:
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    for _ in range(3):
+        graph.replay()
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    return statistics.median(times) / len(calls)
+
+
+def event_time(fn, reps: int = 5) -> float:
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    return statistics.median(times)
+
+
+def make_weight(n: int, k: int, seed: int) -> QuantizedWeight:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    w = torch.randn(n, k, device="cuda", generator=g) * 0.02
+    return QuantizedWeight.quantize(w, WeightLayout.FP8_BLOCK)
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref.double()).norm() / ref.double().norm().clamp(min=1e-300))
+
+
+def check(shapes: dict, log: list) -> None:
+    """Parity against the fp64 twin at M in {1, 16, 2048}, and batch invariance (M = 1, 7, 64, 257)."""
+    for name, (n, k) in shapes.items():
+        w = make_weight(n, k, 1)
+        for m in (1, 16, 2048):
+            x = torch.randn(m, k, device="cuda")
+            row = {"kind": "parity", "shape": name, "M": m}
+            for label, xin, q in (("wo_bf16x", x.bfloat16(), False), ("wo_fp32x", x, False), ("w8a8", x, True)):
+                out = linear_fp8_block_triton(xin, w, quantize_input=q)
+                row[label] = rel_err(out, linear_fp8_block_ref(xin, w, quantize_input=q))
+                row[label + "_nan"] = bool(torch.isnan(out).any())
+            log.append(row)
+            print(json.dumps(row), flush=True)
+    for name in ("wq_a||wkv", "wo_b", "wq_b"):
+        n, k = SHAPES[name]
+        w = make_weight(n, k, 2)
+        x = torch.randn(257, k, device="cuda")
+        for label, xin, q in (("wo_bf16x", x.bfloat16(), False), ("wo_fp32x", x, False), ("w8a8", x, True)):
+            full = linear_fp8_block_triton(xin, w, quantize_input=q)
+            same = {}
+            for m in (1, 7, 64):
+                part = linear_fp8_block_triton(xin[:m], w, quantize_input=q)
+                same[m] = bool(torch.equal(part, full[:m]))
+            forced = {m: bool(torch.equal(linear_fp8_block_triton(xin[:m], w, quantize_input=q, tile="decode"),
+                                          linear_fp8_block_triton(xin, w, quantize_input=q, tile="decode")[:m]))
+                      for m in (1, 7, 64)}
+            row = {"kind": "invariance", "shape": name, "variant": label, "auto_tile": same, "decode_tile": forced}
+            log.append(row)
+            print(json.dumps(row), flush=True)
+
+
+def scaled_mm_block_layout(xq, xs, wt, ws) -> tuple | None:
+    """(a_scale, weight-scale transform) that `_scaled_mm` accepts for (1x128, 128x128) scaling,
+    trying the plausible memory layouts; None where it accepts none (e.g. an unsupported M)."""
+    for a_scale in (xs, xs.t().contiguous().t()):
+        for transform in (lambda s: s.t(), lambda s: s.t().contiguous()):
+            try:
+                torch._scaled_mm(xq, wt, a_scale, transform(ws), out_dtype=torch.bfloat16)
+                return a_scale, transform
+            except (RuntimeError, ValueError):
+                continue
+    return None
+
+
+def bench_shape(name: str, n: int, k: int, ms: tuple, copy_bw: float, log: list) -> None:
+    w0 = make_weight(n, k, 0)
+    fp8_bytes = w0.nbytes
+    copies = max(1, math.ceil(ROTATE_BYTES / fp8_bytes))
+    ws_ = [w0] + [QuantizedWeight.from_fp8_block(w0.codes.clone(), w0.scales.clone()) for _ in range(copies - 1)]
+    wb_ = [w.dequantize(torch.bfloat16) for w in ws_[: max(1, math.ceil(ROTATE_BYTES / (2 * n * k)))]]
+    w8_ = [w.codes.view(torch.float8_e4m3fn) for w in ws_]
+    wsc = [ue8m0_value(w.scales) for w in ws_]  # fp32 [N/128, K/128]
+    wrow = [ue8m0_value(w.scales).repeat_interleave(128, 0)[:n, :1].t().contiguous() for w in ws_]  # [1, N]
+    for m in ms:
+        res = bench_one(name, n, k, m, (ws_, wb_, w8_, wsc, wrow), copies, copy_bw)
+        log.append(res)
+        print(json.dumps(res), flush=True)
+    torch.cuda.empty_cache()
+
+
+def bench_one(name: str, n: int, k: int, m: int, weights: tuple, copies: int, copy_bw: float) -> dict:
+    ws_, wb_, w8_, wsc, wrow = weights
+    w0 = ws_[0]
+    fp8_bytes = w0.nbytes
+    x32 = torch.randn(m, k, device="cuda")
+    xb = x32.bfloat16()
+    xq, xs = quantize_activation_fp8_block(x32)
+    xq8 = xq.view(torch.float8_e4m3fn)
+    xrow = xs.amax(dim=1, keepdim=True)  # rowwise: one scale per token (values approximated)
+    res = {"kind": "bench", "shape": name, "N": n, "K": k, "M": m, "copies": copies}
+    variants = {
+        "fp8_wo": [lambda w=w: launch_linear_fp8_block(xb, w) for w in ws_],
+        "fp8_w8a8": [lambda w=w: launch_linear_fp8_block(xq, w, x_scales=xs) for w in ws_],
+        "bf16": [lambda w=w: torch.matmul(xb, w.t()) for w in wb_],
+    }
+    if m <= 16:
+        variants["fp8_wo_f32x"] = [lambda w=w: launch_linear_fp8_block(x32, w) for w in ws_]
+    try:
+        torch._scaled_mm(xq8, w8_[0].t(), xrow, wrow[0], out_dtype=torch.bfloat16)
+        variants["smm_row"] = [lambda i=i: torch._scaled_mm(xq8, w8_[i].t(), xrow, wrow[i], out_dtype=torch.bfloat16)
+                               for i in range(len(ws_))]
+    except (RuntimeError, ValueError) as e:
+        res["smm_row_error"] = str(e).splitlines()[0][:160]
+    lay = scaled_mm_block_layout(xq8, xs, w8_[0].t(), wsc[0])
+    if lay is None:
+        res["smm_block_error"] = "no scale layout accepted"
+    else:
+        a_s, transform = lay
+        bs = [transform(s) for s in wsc]
+        variants["smm_block"] = [lambda i=i: torch._scaled_mm(xq8, w8_[i].t(), a_s, bs[i], out_dtype=torch.bfloat16)
+                                 for i in range(len(ws_))]
+    for label, calls in variants.items():
+        try:
+            res[label + "_s"] = graph_time(calls)
+        except Exception as e:  # a baseline that fails must not hide the others
+            res[label + "_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    if m in DEQ_MS:
+        res["deq_mm_s"] = event_time(lambda: torch.matmul(xb, w0.dequantize(torch.bfloat16).t()))
+    t = res.get("fp8_wo_s")
+    if t:
+        res["fp8_wo_TBps"] = fp8_bytes / t / 1e12
+        res["fp8_wo_frac_copy"] = fp8_bytes / t / copy_bw
+        res["fp8_wo_TFLOPs"] = 2 * m * n * k / t / 1e12
+    for base in ("bf16", "smm_row", "smm_block", "deq_mm"):
+        for mine in ("fp8_wo", "fp8_w8a8"):
+            if res.get(base + "_s") and res.get(mine + "_s"):
+                res[f"{mine}_vs_{base}"] = res[base + "_s"] / res[mine + "_s"]
+    return res
+
+
+def table(log: list, copy_bw: float) -> str:
+    def f(v, fmt):
+        return "-" if v is None else format(v, fmt)
+
+    lines = [
+        f"copy bandwidth {copy_bw / 1e12:.2f} TB/s; times in us; x = speed-up (baseline time / ours)",
+        "| shape | M | wo us | wo TB/s | %copy | wo vs bf16 | wo vs smm_row | wo vs deq | f32x us | w8a8 us | w8a8 vs smm_blk | bf16 us | smm_blk us |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in log:
+        if r.get("kind") != "bench":
+            continue
+        def us(key: str, r: dict = r) -> float | None:
+            return None if r.get(key) is None else r[key] * 1e6
+
+        lines.append(
+            f"| {r['shape']} | {r['M']} | {f(us('fp8_wo_s'), '.1f')} | {f(r.get('fp8_wo_TBps'), '.2f')} | "
+            f"{f(r.get('fp8_wo_frac_copy') and 100 * r['fp8_wo_frac_copy'], '.0f')} | {f(r.get('fp8_wo_vs_bf16'), '.2f')} | "
+            f"{f(r.get('fp8_wo_vs_smm_row'), '.2f')} | {f(r.get('fp8_wo_vs_deq_mm'), '.0f')} | {f(us('fp8_wo_f32x_s'), '.1f')} | "
+            f"{f(us('fp8_w8a8_s'), '.1f')} | {f(r.get('fp8_w8a8_vs_smm_block'), '.2f')} | {f(us('bf16_s'), '.1f')} | "
+            f"{f(us('smm_block_s'), '.1f')} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
+    parser.add_argument("--ms", nargs="*", type=int, default=list(MS))
+    parser.add_argument("--check", action="store_true", help="parity and batch invariance first")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks/kernels.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    import triton
+
+    log: list = []
+    header = {
+        "kind": "env", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "argv": sys.argv,
+    }
+    copy_bw = copy_bandwidth()
+    header["copy_TBps"] = copy_bw / 1e12
+    log.append(header)
+    print(json.dumps(header), flush=True)
+    shapes = {name: SHAPES[name] for name in args.shapes}
+    try:
+        if args.check:
+            try:
+                check(shapes, log)
+            except Exception as e:  # report and still benchmark
+                log.append({"kind": "check_error", "error": f"{type(e).__name__}: {e}"[:2000]})
+                print(json.dumps(log[-1]), flush=True)
+        for name, (n, k) in shapes.items():
+            bench_shape(name, n, k, tuple(args.ms), copy_bw, log)
+    finally:
+        with open(args.out / "kernels.jsonl", "w") as fh:
+            for row in log:
+                fh.write(json.dumps(row) + "\n")
+        text = table(log, copy_bw)
+        (args.out / "table.md").write_text(text + "\n")
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
