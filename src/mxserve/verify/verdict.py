@@ -9,8 +9,11 @@ numbers and the threshold. Rules (thresholds are the `VerdictRules` fields):
 * any BOS token, or a run of `max_special_run`+ consecutive special tokens (EOS runs, role
   markers), or more than `max_special_fraction` special tokens overall;
 * one token repeated `min_single_token_run`+ times in a row;
-* a short n-gram loop: a stretch of `min_loop_span`+ tokens (at least two full periods) where
-  token[i] == token[i - p], for some period 2 <= p <= `max_loop_period`;
+* a short n-gram loop, period 2 <= p <= `max_loop_period` (token[i] == token[i - p] over a
+  stretch of at least three full periods): either the output *ends* in one spanning
+  `min_trailing_loop_span`+ tokens (stuck: it never recovered), or one spans
+  `min_loop_span`+ tokens anywhere (a short repeat that recovers, e.g. "able to be able to be
+  able to be", is what a small greedy model does and is not a failure);
 * fewer than `min_distinct_fraction` distinct tokens;
 * text that is empty/whitespace only, or more than `max_replacement_fraction` U+FFFD characters;
 * a non-finite logprob, or (greedy only) a chosen token that was not the model's rank-1 token.
@@ -32,15 +35,16 @@ class VerdictRules:
     max_special_fraction: float = 0.1
     min_single_token_run: int = 6
     max_loop_period: int = 8
-    min_loop_span: int = 16
+    min_trailing_loop_span: int = 16
+    min_loop_span: int = 24
     min_distinct_fraction: float = 0.25
     max_replacement_fraction: float = 0.1
 
     def describe(self) -> str:
         return (f">= {self.min_decode_tokens} tokens asked and produced; no BOS; special-token runs < "
                 f"{self.max_special_run}, special fraction <= {self.max_special_fraction}; same-token run < "
-                f"{self.min_single_token_run}; no loop of period 2..{self.max_loop_period} over "
-                f"{self.min_loop_span}+ tokens; distinct fraction >= {self.min_distinct_fraction}; text non-empty, "
+                f"{self.min_single_token_run}; no loop of period 2..{self.max_loop_period} (>= 3 periods) ending the "
+                f"output over {self.min_trailing_loop_span}+ tokens or anywhere over {self.min_loop_span}+; distinct fraction >= {self.min_distinct_fraction}; text non-empty, "
                 f"U+FFFD <= {self.max_replacement_fraction}; finite logprobs; greedy picks rank 1")
 
 
@@ -82,11 +86,12 @@ def judge_continuation(c: Continuation, *, bos_id: int, special_ids: frozenset[i
         longest = max(longest, run)
     if longest >= rules.min_single_token_run:
         failures.append(f"one token repeated {longest} times in a row (rule: < {rules.min_single_token_run})")
-    loop = _find_loop(tokens, rules.max_loop_period, rules.min_loop_span)
+    loop = _find_loop(tokens, rules.max_loop_period, rules.min_trailing_loop_span, rules.min_loop_span)
     if loop is not None:
-        period, start = loop
-        failures.append(f"loop of period {period} from index {start}: {tokens[start:start + period]} "
-                        f"(rule: no period <= {rules.max_loop_period} over {rules.min_loop_span}+ tokens)")
+        period, start, span = loop
+        failures.append(f"loop of period {period} from index {start} over {span} tokens: {tokens[start:start + period]} "
+                        f"(rule: none ending the output over {rules.min_trailing_loop_span}+ tokens, none over "
+                        f"{rules.min_loop_span}+ anywhere)")
     distinct = len(set(tokens)) / len(tokens)
     if distinct < rules.min_distinct_fraction:
         failures.append(f"only {len(set(tokens))} distinct tokens in {len(tokens)} (rule: >= "
@@ -106,12 +111,18 @@ def judge_continuation(c: Continuation, *, bos_id: int, special_ids: frozenset[i
     return failures
 
 
-def _find_loop(tokens: list[int], max_period: int, min_span: int) -> tuple[int, int] | None:
-    """(period, start) of the first stretch where tokens repeat with a short period, or None."""
+def _find_loop(tokens: list[int], max_period: int, min_trailing_span: int,
+               min_span: int) -> tuple[int, int, int] | None:
+    """(period, start, span) of the first stretch that breaks the loop rules, or None."""
     for period in range(2, max_period + 1):
-        span = 0
-        for i in range(period, len(tokens)):
-            span = span + 1 if tokens[i] == tokens[i - period] else 0
-            if span + period >= min_span and span >= period:
-                return period, i - span - period + 1
+        matched = 0  # consecutive i with tokens[i] == tokens[i - period]
+        for i in range(period, len(tokens) + 1):
+            at_end = i == len(tokens)
+            if not at_end and tokens[i] == tokens[i - period]:
+                matched += 1
+                continue
+            span = matched + period  # tokens covered by the repeating stretch ending at i - 1
+            if matched >= 2 * period and (span >= min_span or (at_end and span >= min_trailing_span)):
+                return period, i - span, span
+            matched = 0
     return None
