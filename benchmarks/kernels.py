@@ -27,6 +27,7 @@ import torch
 
 from mxserve.formats import QuantizedWeight, WeightLayout, ue8m0_value
 from mxserve.kernels.linear_fp8_block import linear_fp8_block_ref, quantize_activation_fp8_block
+from mxserve.kernels.linear_fp8_block import triton as fp8_launcher
 from mxserve.kernels.linear_fp8_block.triton import launch_linear_fp8_block, linear_fp8_block_triton
 
 SHAPES = {  # name: (N out, K in), DeepSeek-V4-Flash dense layers
@@ -219,12 +220,50 @@ def bench_one(name: str, n: int, k: int, m: int, weights: tuple, copies: int, co
     return res
 
 
+SWEEP_TILES = [(64, 4, 4), (64, 4, 6), (64, 8, 4), (128, 4, 4), (128, 8, 4), (128, 8, 6), (32, 4, 6), (32, 2, 8)]
+SWEEP_SHAPES = ("wq_b", "wo_b", "shared_w13", "head")
+
+
+def sweep_decode_tile(log: list) -> tuple:
+    """Time each candidate decode tile (BLOCK_N, warps, stages) at M = 1 and 8 on the large layers;
+    return the one with the least total weight-only time (the decode target)."""
+    totals = {}
+    for name in SWEEP_SHAPES:
+        n, k = SHAPES[name]
+        w0 = make_weight(n, k, 0)
+        copies = max(1, math.ceil(ROTATE_BYTES / w0.nbytes))
+        ws_ = [w0] + [QuantizedWeight.from_fp8_block(w0.codes.clone(), w0.scales.clone()) for _ in range(copies - 1)]
+        for m in (1, 8):
+            xb = torch.randn(m, k, device="cuda").bfloat16()
+            xq, xs = quantize_activation_fp8_block(xb.float())
+            for cfg in SWEEP_TILES:
+                fp8_launcher.DECODE_TILE = cfg
+                row = {"kind": "sweep", "shape": name, "M": m, "tile": cfg}
+                for label, fn in (("fp8_wo", lambda w, xb=xb: launch_linear_fp8_block(xb, w)),
+                                  ("fp8_w8a8", lambda w, xq=xq, xs=xs: launch_linear_fp8_block(xq, w, x_scales=xs))):
+                    try:
+                        row[label + "_s"] = graph_time([lambda w=w, fn=fn: fn(w) for w in ws_])
+                    except Exception as e:
+                        row[label + "_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+                totals[cfg] = totals.get(cfg, 0.0) + row.get("fp8_wo_s", math.inf)
+                row["fp8_wo_TBps"] = w0.nbytes / row["fp8_wo_s"] / 1e12 if "fp8_wo_s" in row else None
+                log.append(row)
+                print(json.dumps(row), flush=True)
+        del ws_
+        torch.cuda.empty_cache()
+    best = min(totals, key=totals.get)
+    log.append({"kind": "sweep_best", "tile": best, "totals_s": {str(c): t for c, t in totals.items()}})
+    print(json.dumps(log[-1]), flush=True)
+    return best
+
+
 def table(log: list, copy_bw: float) -> str:
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
 
+    tiles = [r["tile"] for r in log if r.get("kind") == "decode_tile"]
     lines = [
-        f"copy bandwidth {copy_bw / 1e12:.2f} TB/s; times in us; x = speed-up (baseline time / ours)",
+        f"copy bandwidth {copy_bw / 1e12:.2f} TB/s; decode tile {tiles}; times in us; ratios = baseline time / ours",
         "| shape | M | wo us | wo TB/s | %copy | wo vs bf16 | wo vs smm_row | wo vs deq | f32x us | w8a8 us | w8a8 vs smm_blk | bf16 us | smm_blk us |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -250,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
     parser.add_argument("--ms", nargs="*", type=int, default=list(MS))
     parser.add_argument("--check", action="store_true", help="parity and batch invariance first")
+    parser.add_argument("--sweep", action="store_true", help="pick the decode tile by measurement first")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py needs a CUDA GPU", file=sys.stderr)
@@ -274,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # report and still benchmark
                 log.append({"kind": "check_error", "error": f"{type(e).__name__}: {e}"[:2000]})
                 print(json.dumps(log[-1]), flush=True)
+        if args.sweep:
+            fp8_launcher.DECODE_TILE = sweep_decode_tile(log)
+        log.append({"kind": "decode_tile", "tile": fp8_launcher.DECODE_TILE})
+        print(json.dumps(log[-1]), flush=True)
         for name, (n, k) in shapes.items():
             bench_shape(name, n, k, tuple(args.ms), copy_bw, log)
     finally:

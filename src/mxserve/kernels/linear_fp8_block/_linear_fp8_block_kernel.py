@@ -40,6 +40,7 @@ def _linear_fp8_block_kernel(
     BLOCK_M: tl.constexpr,  # tokens per tile (16 at decode)
     BLOCK_N: tl.constexpr,  # output features per tile; divides 128 (one scale row per tile)
     GROUPS_PER_PROGRAM: tl.constexpr,  # 1: split-K grid, one group's partial each; 0: all groups
+    ONE_GROUP: tl.constexpr,  # the layer has a single group: no second accumulator (registers)
     X_FP8: tl.constexpr,  # x holds e4m3fn codes (uint8) with fp32 scales xs[M, ceil(K/128)]
     X_PIECES: tl.constexpr,  # float x only, DOT==1: 1 = x as bf16, 2 = fp32 x split hi + lo bf16
     DOT: tl.constexpr,  # 0: fp32 product-sum (interpreter), 1: bf16 tensor cores, 2: fp8 e4m3 tensor cores
@@ -104,9 +105,12 @@ def _linear_fp8_block_kernel(
             xs = tl.load(xs_ptr + offs_m * stride_xsm + kb, mask=m_mask, other=0.0)
             blk = blk * xs[None, :]
         acc += blk * _ue8m0_to_fp32(tl.load(scale_row + kb))
-        closes = ((kb + 1) % KB_PER_GROUP == 0) | (kb + 1 == num_kb)
-        total = tl.where(closes, total + acc, total)
-        acc = tl.where(closes, 0.0, acc)
+        if not ONE_GROUP:
+            closes = ((kb + 1) % KB_PER_GROUP == 0) | (kb + 1 == num_kb)
+            total = tl.where(closes, total + acc, total)
+            acc = tl.where(closes, 0.0, acc)
+    if ONE_GROUP:
+        total = acc
 
     # out is [groups or 1, M, N]; the tile is transposed on the way out
     out = out_ptr + pid_g * stride_og + offs_m[None, :] * stride_om + offs_n[:, None]

@@ -35,7 +35,10 @@ from mxserve.kernels.linear_fp8_block.reference import (
     quantize_activation_fp8_block,
 )
 
-DECODE_MAX_M = 16  # rows up to which the GEMV tile (16 tokens x 64 features, split-K grid) runs
+DECODE_MAX_M = 16  # rows up to which the GEMV tile (16 tokens x BLOCK_N features, split-K grid) runs
+# (BLOCK_N, num_warps, num_stages) of the decode tile; measured choice in docs/benchmarks.md
+DECODE_TILE = (64, 4, 4)
+_FEW_PROGRAMS = 264  # below this many output tiles (2 per H200 SM) the GEMM tile also splits K
 _GROUP_TARGET_PROGRAMS = 512  # decode programs the K grouping aims at (~4 per H200 SM)
 _X_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _luts: dict[tuple[str, str], torch.Tensor] = {}
@@ -166,16 +169,20 @@ def launch_linear_fp8_block(
         dot = 1  # widen to bf16 (exact for FP8 codes and bf16 x)
     x_pieces = 1 if (quantize_input or x_op.dtype == torch.bfloat16) else 2
     is_decode = tile == "decode" or (tile == "auto" and m <= DECODE_MAX_M)
+    group = kb_per_group(n, k)
+    num_groups = triton.cdiv(triton.cdiv(k, BLOCK_K), group)
     if is_decode:
-        block_m, block_n, num_warps, num_stages = 16, 64, 4, 4
+        block_m = 16
+        block_n, num_warps, num_stages = DECODE_TILE
     elif interpreting():
         block_m, block_n, num_warps, num_stages = 32, 64, 4, 1  # the interpreter caps tensors at 2^20
     else:
-        block_m = 64 if m <= 64 else 128
+        # a second (group) accumulator on a 128x128 tile spills registers: 64 rows then
+        block_m = 128 if (m > 64 and num_groups == 1) else 64
         block_n, num_warps, num_stages = 128, 8, (4 if dot == 2 else 3)
-    group = kb_per_group(n, k)
-    num_groups = triton.cdiv(triton.cdiv(k, BLOCK_K), group)
-    split_grid = is_decode and num_groups > 1  # spread K over programs only where N alone is too few
+    # spread K over programs (same groups, so the same bits) where the output tiles are too few
+    num_tiles = triton.cdiv(n, block_n) * triton.cdiv(m, block_m)
+    split_grid = num_groups > 1 and (is_decode or num_tiles < _FEW_PROGRAMS)
     # --------------------------------------------------------------------------------------------
 
     dest = torch.empty((num_groups, m, n), dtype=torch.float32, device=x.device) if split_grid else out
@@ -187,7 +194,7 @@ def launch_linear_fp8_block(
         x_op.stride(0), x_scales.stride(0), weight.codes.stride(0), weight.scales.stride(0),
         dest.stride(0) if split_grid else 0, n,
         group,
-        BLOCK_M=block_m, BLOCK_N=block_n, GROUPS_PER_PROGRAM=1 if split_grid else 0,
+        BLOCK_M=block_m, BLOCK_N=block_n, GROUPS_PER_PROGRAM=1 if split_grid else 0, ONE_GROUP=num_groups == 1,
         X_FP8=quantize_input, X_PIECES=x_pieces, DOT=dot, W_LUT=use_lut,
         num_warps=num_warps, num_stages=num_stages,
     )
