@@ -56,17 +56,23 @@ def error_response(status: int, message: str, *, param: str | None = None, code:
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    """One readable line: the first problem's field and message. A value that fits none of a
+    union's types yields one pydantic error per member; those are summed up as one."""
     errors = exc.errors()
     if not errors:
         return "invalid request", None
     first = errors[0]
-    location = [str(part) for part in first.get("loc", ()) if part != "body"]
-    param = ".".join(location) or None
-    message = str(first.get("msg", "invalid value"))
     if first.get("type") == "json_invalid":
-        return f"the body is not valid JSON: {first.get('ctx', {}).get('error', message)}", None
+        return f"the body is not valid JSON: {first.get('ctx', {}).get('error', first.get('msg'))}", None
+    location = [part for part in first.get("loc", ()) if part != "body"]
+    field = str(location[0]) if location else None
+    message = str(first.get("msg", "invalid value"))
+    same_field = [e for e in errors if [p for p in e.get("loc", ()) if p != "body"][:1] == location[:1]]
+    if field is not None and len(same_field) > 1:
+        return f"{field}: invalid value (none of its accepted types fits; first problem: {message})", field
+    param = ".".join(str(p) for p in location) or None
     more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
-    return (f"{param}: {message}" if param else message) + more, param
+    return (f"{param}: {message}" if param else message) + more, field
 
 
 def install_error_handlers(app: FastAPI) -> None:
