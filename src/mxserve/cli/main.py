@@ -12,6 +12,7 @@ from mxserve.cli.inspect_cmd import inspect
 from mxserve.cli.random_cmd import random_checkpoint_cmd
 from mxserve.cli.run_cmd import run
 from mxserve.cli.serve_cmd import serve
+from mxserve.cli.verify_cmd import verify
 
 app = typer.Typer(
     name="mxserve",
@@ -25,6 +26,7 @@ app.command("serve")(serve)
 app.command("inspect")(inspect)
 app.command("convert")(convert)
 app.command("random-checkpoint")(random_checkpoint_cmd)
+app.command("verify")(verify)
 
 
 def main() -> None:

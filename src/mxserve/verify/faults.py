@@ -34,12 +34,18 @@ from mxserve.model.forward_batch import ForwardBatch
 
 @contextlib.contextmanager
 def _patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
-    original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+    # For a class, restore exactly what its own __dict__ held (an inherited method is not copied
+    # down: the patch is deleted again instead).
+    missing = object()
+    original = owner.__dict__.get(name, missing) if isinstance(owner, type) else getattr(owner, name)
     setattr(owner, name, replacement)
     try:
         yield
     finally:
-        setattr(owner, name, original)
+        if original is missing:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, original)
 
 
 def _rewrite_loaded_weights(rewrite: Callable[[str, QuantizedWeight], QuantizedWeight | None]):

@@ -83,3 +83,22 @@ class LayerCapture:
     def layer_outputs(self) -> list[torch.Tensor]:
         """Per layer, all captured rows concatenated in forward order."""
         return [torch.cat(self.outputs[i]) for i in sorted(self.outputs)]
+
+
+@dataclass
+class TeeObserver:
+    """Hands every observation to each of `observers` in turn."""
+
+    observers: tuple
+
+    def on_attention_values(self, layer_id: int, seq_id: Hashable, site: str, values: torch.Tensor) -> None:
+        for o in self.observers:
+            o.on_attention_values(layer_id, seq_id, site, values)
+
+    def on_moe_output(self, layer_id: int, batch: ForwardBatch, out: torch.Tensor) -> None:
+        for o in self.observers:
+            o.on_moe_output(layer_id, batch, out)
+
+    def on_layer_output(self, layer_id: int, batch: ForwardBatch, streams: torch.Tensor) -> None:
+        for o in self.observers:
+            o.on_layer_output(layer_id, batch, streams)

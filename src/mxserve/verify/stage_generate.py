@@ -14,7 +14,7 @@ FAILS when
 from __future__ import annotations
 
 from mxserve.engine.sampling_params import SamplingParams
-from mxserve.verify.battery import CaseRun, run_battery
+from mxserve.verify.battery import BatteryResult, CaseRun, battery_cases, run_group
 from mxserve.verify.report import StageResult
 from mxserve.verify.session import VerifySession
 from mxserve.verify.verdict import Continuation, VerdictRules, judge_continuation
@@ -39,34 +39,41 @@ def decode_vs_prefill(session: VerifySession, runs: list[CaseRun]) -> list[tuple
 
 def run_generate(session: VerifySession) -> StageResult:
     findings_before = len(session.observer.findings) if session.observer else 0
-    battery = run_battery(session)
-    session.battery = battery
     tok, rules = session.tokenizer, VerdictRules()
     special = frozenset(vars(tok.special_ids).values())
     failures: list[str] = []
     evidence: list[str] = [f"verdict rules: {rules.describe()}"]
-    per_run = []
-    for run in battery.runs:
-        problems = judge_continuation(
-            Continuation(run.token_ids, run.text, run.case.max_tokens, run.logprobs, run.ranks),
-            bos_id=tok.bos_token_id, special_ids=special, rules=rules)
-        failures += [f"case {run.case.name} ({run.group}): {p}" for p in problems]
-        per_run.append({"case": run.case.name, "group": run.group, "num_prompt": len(run.case.prompt_ids),
-                        "num_tokens": len(run.token_ids), "finish": run.finish_reason, "problems": problems,
-                        "text": run.text[:200]})
-        evidence.append(f"{run.group}/{run.case.name}: {len(run.case.prompt_ids)} prompt + {len(run.token_ids)} "
-                        f"tokens, {'OK' if not problems else 'FAIL'}: {run.text[:60]!r}")
-    unique = {}
-    for run in battery.runs:
-        unique.setdefault(run.case.name, run)
-    consistency = decode_vs_prefill(session, list(unique.values()))
-    worst = 0.0
-    for run, first, max_delta, prefill in consistency:
-        worst = max(worst, max_delta)
-        if first is not None:
-            failures.append(f"decode diverges from prefill at generated token {first} of case {run.case.name}: "
-                            f"log p {run.logprobs[first]:.4f} decoding vs {prefill[first]:.4f} re-scored in one "
-                            f"prefill (max |Δ| {max_delta:.4g} nats; gate {MAX_DECODE_PREFILL_DELTA_NATS})")
+    per_run: list[dict] = []
+    consistency: list[tuple[CaseRun, int | None, float, list[float]]] = []
+    battery = BatteryResult()
+    session.battery = battery
+    groups = battery_cases(session)
+    for group, cases in groups.items():
+        runs = run_group(session, group, cases)
+        battery.runs += runs
+        for run in runs:
+            problems = judge_continuation(
+                Continuation(run.token_ids, run.text, run.case.max_tokens, run.logprobs, run.ranks),
+                bos_id=tok.bos_token_id, special_ids=special, rules=rules)
+            failures += [f"case {run.case.name} ({run.group}): {p}" for p in problems]
+            per_run.append({"case": run.case.name, "group": run.group, "num_prompt": len(run.case.prompt_ids),
+                            "num_tokens": len(run.token_ids), "finish": run.finish_reason, "problems": problems,
+                            "text": run.text[:200]})
+            evidence.append(f"{run.group}/{run.case.name}: {len(run.case.prompt_ids)} prompt + {len(run.token_ids)} "
+                            f"tokens, {'OK' if not problems else 'FAIL'}: {run.text[:60]!r}")
+        seen = {r.case.name for r, *_ in consistency}
+        new_cases = list({r.case.name: r for r in runs if r.case.name not in seen}.values())
+        for run, first, max_delta, prefill in decode_vs_prefill(session, new_cases):
+            consistency.append((run, first, max_delta, prefill))
+            if first is not None:
+                failures.append(f"decode diverges from prefill at generated token {first} of case {run.case.name}: "
+                                f"log p {run.logprobs[first]:.4f} decoding vs {prefill[first]:.4f} re-scored in one "
+                                f"prefill (max |Δ| {max_delta:.4g} nats; gate {MAX_DECODE_PREFILL_DELTA_NATS})")
+        if failures and session.options.fail_fast:
+            skipped = [g for g in groups if g not in {r.group for r in battery.runs}]
+            evidence.append(f"--fail-fast: groups {skipped} not run after group {group} failed")
+            break
+    worst = max((d for _, _, d, _ in consistency), default=0.0)
     evidence.append(f"decode vs prefill re-scoring of {len(consistency)} cases: max |Δ log p| {worst:.3g} nats "
                     f"(gate {MAX_DECODE_PREFILL_DELTA_NATS})")
     evidence += [f"case {c.name}: {c.note}" for c in {r.case.name: r.case for r in battery.runs}.values()]

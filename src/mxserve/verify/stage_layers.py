@@ -17,12 +17,14 @@ max rel <= LAYER_MAX_REL, all finite; logits: mean |Δ log p| <= MAX_MEAN_LOGPRO
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.forward_batch import ForwardBatch
 from mxserve.verify.comparators import compare_logits, first_divergent_layer, topk_overlap
-from mxserve.verify.observers import LayerCapture
+from mxserve.verify.observers import FiniteCheckObserver, LayerCapture, NonFiniteValue, TeeObserver
 from mxserve.verify.report import StageResult, Status
 from mxserve.verify.session import VerifySession
 from mxserve.verify.stage_env import selected_backends
@@ -45,17 +47,28 @@ def run_kernels(session: VerifySession) -> StageResult:
                               {"selected": backends})
 
 
-def _capture(model: DeepseekV4Model, prompt: list[int]) -> tuple[list[torch.Tensor], torch.Tensor]:
-    capture = LayerCapture()
-    previous, model.observer = model.observer, capture
+@dataclass
+class _Captured:
+    layers: list[torch.Tensor]  # per layer output streams (only the layers reached)
+    logits: torch.Tensor | None  # None when the forward raised
+    non_finite: list[NonFiniteValue]  # first non-finite sites, in forward order
+    error: str | None
+
+
+def _capture(model: DeepseekV4Model, prompt: list[int], name: str) -> _Captured:
+    """One prefill of `prompt` with every layer's output captured and every site finite-checked."""
+    capture, finite = LayerCapture(), FiniteCheckObserver()
+    previous, model.observer = model.observer, TeeObserver((capture, finite))
+    logits, error = None, None
     try:
         state = model.new_cache_state(max_sequences=1, max_positions=len(prompt) + 1, block_size=64,
                                       device=model.embed.device)
-        logits = model.forward(ForwardBatch.from_chunks([prompt], ["layers-probe"], [0], device=model.embed.device),
-                               state)
+        logits = model.forward(ForwardBatch.from_chunks([prompt], [name], [0], device=model.embed.device), state)
+    except (ValueError, RuntimeError) as exc:  # e.g. NaN scores refused by the top-k: evidence, not a crash
+        error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
     finally:
         model.observer = previous
-    return capture.layer_outputs(), logits
+    return _Captured(capture.layer_outputs(), logits, finite.findings, error)
 
 
 def run_layers(session: VerifySession) -> StageResult:
@@ -69,12 +82,22 @@ def run_layers(session: VerifySession) -> StageResult:
         session.weights = CheckpointReader(session.model_dir).load(progress=False)
     exact = DeepseekV4Model(cfg, {n: w.to(served.embed.device) for n, w in session.weights.items()},
                             numerics="exact")
-    served_layers, served_logits = _capture(served, prompt)
-    exact_layers, exact_logits = _capture(exact, prompt)
+    served_run = _capture(served, prompt, "layers-probe (served)")
+    exact_run = _capture(exact, prompt, "layers-probe (exact)")
+    failures: list[str] = []
+    for label, run in (("served", served_run), ("exact reference", exact_run)):
+        if run.non_finite:
+            failures.append(f"{label} model, first non-finite value: {run.non_finite[0].describe()}")
+        if run.error is not None:
+            failures.append(f"{label} model's forward raised {run.error} (after {len(run.layers)} layers completed)")
+    if served_run.logits is None or exact_run.logits is None:
+        return StageResult.judged("layers", failures, [f"prompt: {len(prompt)} held-out tokens"],
+                                  {"non_finite": [f.describe() for f in served_run.non_finite[:5]]})
+    served_layers, served_logits, exact_layers, exact_logits = (served_run.layers, served_run.logits,
+                                                                exact_run.layers, exact_run.logits)
     div = first_divergent_layer(served_layers, exact_layers, min_cosine=LAYER_MIN_COSINE, max_rel=LAYER_MAX_REL)
     logits = compare_logits(served_logits, exact_logits)
     overlap = topk_overlap(served_logits, exact_logits, 5)
-    failures: list[str] = []
     if div.first_divergent_layer is not None:
         i = div.first_divergent_layer
         failures.append(f"layer {i} diverges from the exact reference: {div.per_layer[i].describe()} "
