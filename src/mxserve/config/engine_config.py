@@ -17,7 +17,9 @@ DEVICES = ("auto", "cpu", "cuda")
 # op → backends a user may force. "reference-resident" = the reference linear on weights decoded
 # once at load (bit-identical, 8 B/parameter); chosen automatically for small models on the CPU.
 KERNEL_BACKENDS: dict[str, tuple[str, ...]] = {
-    "linear": ("reference", "reference-resident"),
+    # "triton": linear_fp8_block's Triton kernel on FP8_BLOCK layers (CUDA), chosen per layer by
+    # mxserve.kernels.chooser; off unless forced until it passes the issue-9 gates
+    "linear": ("reference", "reference-resident", "triton"),
     "moe": ("reference",),
     "sparse_attention": ("reference",),
     "indexer": ("reference",),

@@ -30,6 +30,7 @@ from mxserve.engine.request import FinishReason, Request
 from mxserve.engine.sampling_params import SamplingParams, request_seeds
 from mxserve.engine.scheduler import Scheduler
 from mxserve.engine.tokenizer import Tokenizer
+from mxserve.kernels.chooser import LinearSpec, Platform, choose_linear, parse_overrides_env
 from mxserve.model.checkpoint import CheckpointReader
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.kv_state import ModelCacheState
@@ -135,7 +136,15 @@ class LLMEngine:
             w.shape[0] * w.shape[1] if not isinstance(w, torch.Tensor) else w.numel() for w in weights.values()
         )
         resident_bytes = 8 * num_params
-        if forced is not None:
+        if forced is None:
+            forced = parse_overrides_env().get("linear")  # the environment front door
+        if forced == "triton":
+            # Behind the switch (issue 9): choose per layer once, log, keep the choices. The model
+            # still calls the reference linear until it takes per-layer backends, so the layers run
+            # the reference for now; this exercises the chooser on the real checkpoint.
+            self.linear_choices = self._choose_linear_per_layer(weights, forced)
+            choice, why = "reference", "triton forced: per-layer choices logged; the model does not consume them yet"
+        elif forced is not None:
             choice, why = forced, "forced by kernel_overrides"
         elif self.device.type == "cpu" and resident_bytes <= _RESIDENT_LIMIT_BYTES:
             choice, why = "reference-resident", f"CPU and {resident_bytes / 2**20:.0f} MiB decoded fit"
@@ -143,6 +152,21 @@ class LLMEngine:
             choice, why = "reference", f"decode per call ({resident_bytes / 2**30:.1f} GiB decoded would not fit)"
         logger.info("linear backend: %s (%s)", choice, why)
         return choice
+
+    def _choose_linear_per_layer(self, weights, forced: str) -> dict:
+        platform = Platform.probe(self.device)
+        faithful = self.config.numerics == "faithful"
+        choices = {}
+        for name, w in weights.items():
+            if isinstance(w, torch.Tensor) and w.dim() != 2:
+                continue
+            choices[name] = choose_linear(LinearSpec.of(name, w, quantize_input=faithful), platform, forced=forced)
+            logger.debug("linear %s: %s (%s)", name, choices[name].backend, choices[name].reason)
+        counts = {}
+        for c in choices.values():
+            counts[c.backend] = counts.get(c.backend, 0) + 1
+        logger.info("linear kernel choices per layer: %s", counts)
+        return choices
 
     def _set_cpu_threads(self, *, small_model: bool) -> None:
         """Small models on the CPU run dispatch-bound ops where a second OpenMP thread only adds
