@@ -42,7 +42,7 @@ def start_live_server(*, api_key: str | None = API_KEY, max_model_len: int = 102
                       shutdown_grace_s: float = 5.0) -> LiveServer:
     metrics = ServerMetrics()
     engine_config = EngineConfig(device="cpu", max_model_len=max_model_len, max_num_seqs=64,
-                                 kv_cache_memory=256 << 20)
+                                 kv_cache_memory=512 << 20)
     server_config = ServerConfig(served_model_names=(MODEL_NAME,), api_key=api_key,
                                  max_pending_requests=max_pending_requests, shutdown_grace_s=shutdown_grace_s,
                                  max_body_bytes=1 << 20)

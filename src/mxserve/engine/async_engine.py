@@ -106,7 +106,9 @@ class AsyncEngine:
 
     @property
     def stats(self) -> EngineStats:
-        return self._stats
+        """The snapshot taken after the latest loop turn, with a live `num_pending` (a request leaves
+        it only after its pages are freed and its final output has gone to `on_finished`)."""
+        return replace(self._stats, num_pending=self._pending_count())
 
     def check_prompt(self, prompt: str | Sequence[int]) -> list[int]:
         """Token ids of a completion prompt (text gets BOS); ValueError for an empty prompt, ids
@@ -223,13 +225,13 @@ class AsyncEngine:
 
     def _release(self, output: RequestOutput) -> None:
         self._sinks.pop(output.request_id, None)
-        with self._lock:
-            self._pending_ids.discard(output.request_id)
         if self._on_finished is not None:
             try:
                 self._on_finished(output)
             except Exception:  # metrics must never take the engine down
                 logger.exception("on_finished listener failed")
+        with self._lock:
+            self._pending_ids.discard(output.request_id)
 
     def _finish_aborted(self, request_id: str, sink: _Sink, *, prompt_token_ids: list[int] | None = None) -> None:
         """Tell the consumer its request ended without a natural finish (with what it had so far)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -103,16 +104,22 @@ class EngineGroup:
         """Snapshots in arrival order until every request is finished. Leaving early (the consumer
         is cancelled or closes the iterator) aborts the unfinished ones. With `http_request`
         (non-streaming handlers), a disconnected client ends the iteration the same way."""
+        next_check = time.monotonic() + _DISCONNECT_POLL_S
         try:
             while self._unfinished:
                 if http_request is None:
                     output = await self._sink.get()
                 else:
+                    # Snapshots arrive every step, so the check runs on a clock, not on quiet periods.
                     try:
-                        output = await asyncio.wait_for(self._sink.get(), _DISCONNECT_POLL_S)
+                        output = await asyncio.wait_for(self._sink.get(), max(next_check - time.monotonic(), 0.01))
                     except TimeoutError:
+                        output = None
+                    if time.monotonic() >= next_check:
+                        next_check = time.monotonic() + _DISCONNECT_POLL_S
                         if await http_request.is_disconnected():
                             return
+                    if output is None:
                         continue
                 if output.finished:
                     self._unfinished.discard(output.request_id)
