@@ -15,7 +15,8 @@ def main(csv_path: str, png_path: str) -> None:
     matplotlib.use("Agg")  # headless
     import matplotlib.pyplot as plt
 
-    rows = list(csv.DictReader(open(csv_path)))
+    with open(csv_path, newline="") as f:
+        rows = list(csv.DictReader(f))
     tokens = [int(r["tokens"]) / 1e6 for r in rows]
     held = [(int(r["tokens"]) / 1e6, float(r["heldout_loss"])) for r in rows if r["heldout_loss"]]
     best = min(held, key=lambda h: h[1])

@@ -205,7 +205,7 @@ def main() -> None:
                                    args.eval_windows, args.seq_len)
     print(f"train tokens {stream.numel()}, eval windows {tuple(eval_windows.shape)}", flush=True)
 
-    config, model = build_model(args.seed, args.experts_impl)
+    _config, model = build_model(args.seed, args.experts_impl)
     model.to(device).train()
     num_params = sum(p.numel() for p in model.parameters())
     print(f"parameters {num_params / 1e6:.2f} M", flush=True)
@@ -216,48 +216,48 @@ def main() -> None:
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=device == "cuda")
 
-    log = open(args.out / "loss.csv", "w", newline="")
-    writer = csv.writer(log)
-    writer.writerow(["step", "elapsed_s", "tokens", "lr", "train_loss", "heldout_loss", "max_load_ratio"])
-    best = (float("inf"), -1, None)
-    start = time.perf_counter()
-    last_eval = start
-    step, tokens = 0, 0
-    while True:
-        elapsed = time.perf_counter() - start
-        if elapsed >= args.time_budget_s or (args.max_steps and step >= args.max_steps):
-            break
-        lr = lr_at(step, elapsed, args)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        x = batches.next(args.batch_size).to(device, non_blocking=True)
-        with torch.autocast(device_type=device, dtype=torch.bfloat16):
-            loss = model(input_ids=x, labels=x).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        load_ratio = balancer.step()
-        step += 1
-        tokens += x.numel()
-        now = time.perf_counter()
-        do_eval = now - last_eval >= args.eval_every_s or now - start >= args.time_budget_s or step == args.max_steps
-        if step % args.log_every == 0 or do_eval:
-            held = ""
-            if do_eval:
-                held = heldout_loss(model, eval_windows, device, args.batch_size)
-                last_eval = time.perf_counter()
-                if held < best[0]:
-                    best = (held, step, {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
-            train_loss = float(loss.detach())
-            writer.writerow([step, f"{now - start:.1f}", tokens, f"{lr:.3e}", f"{train_loss:.4f}",
-                             f"{held:.4f}" if held != "" else "", f"{load_ratio:.2f}"])
-            log.flush()
-            print(f"step {step:5d} t {now - start:6.1f}s tok {tokens / 1e6:7.2f}M lr {lr:.2e} loss {train_loss:.4f}"
-                  + (f" heldout {held:.4f} (ppl {math.exp(held):.2f})" if held != "" else "")
-                  + f" load {load_ratio:.2f}", flush=True)
-    train_s = time.perf_counter() - start
-    log.close()
+    # the CSV is flushed at every logged step so a run killed at its time limit keeps its curve
+    with open(args.out / "loss.csv", "w", newline="") as log:
+        writer = csv.writer(log)
+        writer.writerow(["step", "elapsed_s", "tokens", "lr", "train_loss", "heldout_loss", "max_load_ratio"])
+        best = (float("inf"), -1, None)
+        start = time.perf_counter()
+        last_eval = start
+        step, tokens = 0, 0
+        while True:
+            elapsed = time.perf_counter() - start
+            if elapsed >= args.time_budget_s or (args.max_steps and step >= args.max_steps):
+                break
+            lr = lr_at(step, elapsed, args)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            x = batches.next(args.batch_size).to(device, non_blocking=True)
+            with torch.autocast(device_type=device, dtype=torch.bfloat16):
+                loss = model(input_ids=x, labels=x).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            load_ratio = balancer.step()
+            step += 1
+            tokens += x.numel()
+            now = time.perf_counter()
+            do_eval = now - last_eval >= args.eval_every_s or now - start >= args.time_budget_s or step == args.max_steps
+            if step % args.log_every == 0 or do_eval:
+                held = ""
+                if do_eval:
+                    held = heldout_loss(model, eval_windows, device, args.batch_size)
+                    last_eval = time.perf_counter()
+                    if held < best[0]:
+                        best = (held, step, {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
+                train_loss = float(loss.detach())
+                writer.writerow([step, f"{now - start:.1f}", tokens, f"{lr:.3e}", f"{train_loss:.4f}",
+                                 f"{held:.4f}" if held != "" else "", f"{load_ratio:.2f}"])
+                log.flush()
+                print(f"step {step:5d} t {now - start:6.1f}s tok {tokens / 1e6:7.2f}M lr {lr:.2e} loss {train_loss:.4f}"
+                      + (f" heldout {held:.4f} (ppl {math.exp(held):.2f})" if held != "" else "")
+                      + f" load {load_ratio:.2f}", flush=True)
+        train_s = time.perf_counter() - start
 
     model.load_state_dict(best[2])
     final = heldout_loss(model, eval_windows, device, args.batch_size)
