@@ -2,9 +2,11 @@
 
 Prompts: 20 verses spread evenly over the held-out books; each prompt is BOS + the verse's
 reference and its first 8 words (e.g. "BOS 3:16 For God so loved the world, that"), in the
-training files' normalised form. The model is mxserve's reference model in faithful numerics
-over the release checkpoint; each continuation is `--new-tokens` greedy tokens, checked with
-`mxserve.default_model.degeneracy`. Prints a JSON list (prompt, continuation, the true verse,
+training files' normalised form. The checkpoint runs in mxserve with faithful numerics: by
+default through the engine (`mxserve.LLM`, all 20 prompts batched, ~30 s on a 2-core CPU; the
+engine's tests hold it token-identical to the reference model), or with `--reference` through
+`DeepseekV4Model` one prompt at a time (minutes per prompt on 2 cores). Each continuation is
+`--new-tokens` greedy tokens, checked with `mxserve.default_model.degeneracy`. Prints a JSON list (prompt, continuation, the true verse,
 degeneracy verdict) and a one-line tally.
 
     python tools/default_model/samples.py --heldout .dm_data/heldout.txt --out docs/default-model-samples.json
@@ -46,6 +48,14 @@ def greedy(model: DeepseekV4Model, prompt: list[int], num_new: int) -> list[int]
     return out
 
 
+def engine_continuations(model_dir: Path, prompts: list[list[int]], num_new: int, numerics: str) -> list[list[int]]:
+    from mxserve import LLM, SamplingParams
+
+    llm = LLM(str(model_dir), device="cpu", numerics=numerics, progress=False)
+    params = SamplingParams(temperature=0, max_tokens=num_new, ignore_eos=True, skip_special_tokens=False)
+    return [list(out.outputs[0].token_ids) for out in llm.generate(prompts, params)]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--heldout", type=Path, required=True)
@@ -53,15 +63,20 @@ def main() -> None:
     p.add_argument("--count", type=int, default=20)
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--numerics", default="faithful", choices=["faithful", "exact"])
+    p.add_argument("--reference", action="store_true", help="decode with DeepseekV4Model instead of the engine")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     tok = Tokenizer.from_dir(args.model)
-    reader = CheckpointReader(args.model)
-    model = DeepseekV4Model(reader.config, reader.load(progress=False), numerics=args.numerics)
+    prompts = held_out_prompts(args.heldout.read_text(encoding="utf-8"), args.count)
+    ids = [[tok.bos_token_id, *tok.encode(text)] for text, _ in prompts]
+    if args.reference:
+        reader = CheckpointReader(args.model)
+        model = DeepseekV4Model(reader.config, reader.load(progress=False), numerics=args.numerics)
+        continuations = [greedy(model, x, args.new_tokens) for x in ids]
+    else:
+        continuations = engine_continuations(args.model, ids, args.new_tokens, args.numerics)
     results = []
-    for text, verse in held_out_prompts(args.heldout.read_text(encoding="utf-8"), args.count):
-        ids = [tok.bos_token_id, *tok.encode(text)]
-        new = greedy(model, ids, args.new_tokens)
+    for (text, verse), new in zip(prompts, continuations, strict=True):
         results.append({"prompt": text, "continuation": tok.decode(new), "reference_verse": verse,
                         "degenerate": degeneracy_reason(new, num_special=NUM_SPECIAL)})
         print(json.dumps(results[-1], ensure_ascii=False), flush=True)
