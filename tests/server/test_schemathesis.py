@@ -46,6 +46,8 @@ def _bound_work(body: Any) -> None:
     for key in ("max_tokens", "max_completion_tokens"):
         if isinstance(body.get(key), int) and not isinstance(body[key], bool) and 4 < body[key] < 10**9:
             body[key] = 4
+    if "messages" in body and body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
+        body["max_tokens"] = 4  # chat's default is the rest of the context
     if isinstance(body.get("n"), int) and not isinstance(body["n"], bool) and body["n"] > 2:
         body["n"] = 2
     prompt = body.get("prompt")

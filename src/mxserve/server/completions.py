@@ -24,6 +24,9 @@ from mxserve.server.sse import DONE, event, sse_response
 from mxserve.server.state import ServerState
 
 
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions (an explicit null means the same)
+
+
 @dataclass
 class _Prompt:
     token_ids: list[int]
@@ -89,7 +92,8 @@ def _plan(state: ServerState, body: CompletionRequest) -> _Plan:
     request_id = state.new_request_id("cmpl")
     jobs = []
     for i, prompt in enumerate(prompts):
-        max_tokens = check_context(len(prompt.token_ids), 1 if score_only else body.max_tokens, state.max_model_len)
+        requested = 1 if score_only else (DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens)
+        max_tokens = check_context(len(prompt.token_ids), requested, state.max_model_len)
         params = build_sampling_params(
             body, max_tokens=max_tokens, logprobs=body.logprobs,
             prompt_logprobs=body.logprobs if body.echo and body.logprobs is not None else None,
