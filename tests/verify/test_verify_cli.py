@@ -44,3 +44,18 @@ def test_verify_passes_on_the_default_model(tmp_path):
     assert all(r["logprobs_bit_identical"] for r in by_name["determinism"]["metrics"]["runs"])
     summary = report.with_suffix(".md").read_text()
     assert summary.startswith("# mxserve verify: PASS") and "| generate | PASS |" in summary
+
+
+def test_load_stage_with_per_call_decoded_weights(tmp_path):
+    """The load stage must handle a plain (non-resident) head weight too: the H200 run picked the
+    per-call reference linear and the stage crashed on `Tensor.values` (fixed)."""
+    report = tmp_path / "verify.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mxserve.cli.main", "verify", "--device", "cpu", "--stages", "env,checkpoint,load",
+         "--report", str(report)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "MXSERVE_KERNEL_OVERRIDES": "linear=reference"},
+    )
+    assert "stages not run" in proc.stdout  # a subset never reports an overall PASS
+    stages = {s["name"]: s for s in json.loads(report.read_text())["stages"]}
+    assert stages["load"]["status"] == "PASS", proc.stdout[-3000:]
+    assert any("linear backend: reference" in line for line in stages["load"]["evidence"])

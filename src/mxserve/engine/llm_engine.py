@@ -148,6 +148,8 @@ class LLMEngine:
             choice, why = forced, "forced by kernel_overrides"
         elif self.device.type == "cpu" and resident_bytes <= _RESIDENT_LIMIT_BYTES:
             choice, why = "reference-resident", f"CPU and {resident_bytes / 2**20:.0f} MiB decoded fit"
+        elif self.device.type != "cpu":
+            choice, why = "reference", f"decode per call on {self.device.type}"
         else:
             choice, why = "reference", f"decode per call ({resident_bytes / 2**30:.1f} GiB decoded would not fit)"
         logger.info("linear backend: %s (%s)", choice, why)

@@ -21,6 +21,7 @@ import time
 import torch
 
 from mxserve.formats import QuantizedWeight
+from mxserve.kernels.linear import dequantized
 from mxserve.model.checkpoint import CheckpointError, CheckpointReader
 from mxserve.verify.report import StageResult
 from mxserve.verify.session import VerifySession
@@ -104,8 +105,7 @@ def run_load(session: VerifySession) -> StageResult:
     if opts.validate:
         session.observer = FiniteCheckObserver()
         model.observer = session.observer
-    head = model.head.values if hasattr(model.head, "values") else (
-        model.head.dequantize() if isinstance(model.head, QuantizedWeight) else model.head)
+    head = dequantized(model.head)  # tensor, packed or resident: one fp32 view
     for name, tensor in (("embed.weight", model.embed), ("head", head)):
         if not bool(torch.isfinite(tensor).all()):
             failures.append(f"{name} decodes to {int((~torch.isfinite(tensor)).sum())} non-finite values")
