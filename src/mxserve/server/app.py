@@ -47,7 +47,7 @@ def build_app(engine: AsyncEngine, config: ServerConfig, metrics: ServerMetrics)
     app.state.mxserve = ServerState(config, engine, metrics)
     app.include_router(router)
     install_error_handlers(app)
-    metrics.known_paths.update(route.path for route in app.routes if hasattr(route, "path"))
+    metrics.known_paths.update(getattr(route, "path", "") for route in [*app.routes, *router.routes])
     app.add_middleware(ServerMiddleware, metrics=metrics, api_key=config.api_key, max_body_bytes=config.max_body_bytes)
     return app
 
