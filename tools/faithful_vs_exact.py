@@ -1,7 +1,8 @@
 """Measure how far the faithful numeric mode is from the exact one (docs/numerics.md).
 
-For each named tiny config: write a random release-format checkpoint, load it, greedy-decode a
-seeded random prompt in exact mode, score the same stream teacher-forced in faithful mode, and
+For each named tiny config (or `default`, the packaged trained model with its held-out text as the
+prompt): write a random release-format checkpoint, load it, greedy-decode a seeded random prompt
+in exact mode, score the same stream teacher-forced in faithful mode, and
 print one Markdown table row. Usage: python tools/faithful_vs_exact.py [--prompt-len 300] [--new 32]
 """
 
@@ -13,6 +14,8 @@ import tempfile
 
 import torch
 
+from mxserve import default_model_path
+from mxserve.engine.tokenizer import Tokenizer
 from mxserve.model.checkpoint import CheckpointReader
 from mxserve.model.numerics import KVCacheDtype, NumericPolicy
 from mxserve.testing import random_checkpoint
@@ -44,11 +47,16 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for name in args.configs:
         with tempfile.TemporaryDirectory() as tmp:
-            random_checkpoint(name, tmp, seed=args.seed, progress=False)
-            reader = CheckpointReader(tmp)
+            if name == "default":  # the packaged trained model, prompted with its held-out text
+                reader = CheckpointReader(default_model_path())
+                text = (default_model_path() / "heldout_sample.txt").read_text()
+                prompt = [0, *Tokenizer.from_dir(default_model_path()).encode(text)][: args.prompt_len]
+            else:  # a random release-format checkpoint, prompted with random tokens
+                random_checkpoint(name, tmp, seed=args.seed, progress=False)
+                reader = CheckpointReader(tmp)
+                gen = torch.Generator().manual_seed(args.seed + 1)
+                prompt = torch.randint(2, reader.config.vocab_size, (args.prompt_len,), generator=gen).tolist()
             weights = reader.load(progress=False)
-            gen = torch.Generator().manual_seed(args.seed + 1)
-            prompt = torch.randint(2, reader.config.vocab_size, (args.prompt_len,), generator=gen).tolist()
             policies = ablations() if args.ablation else {"faithful": NumericPolicy.for_mode("faithful")}
             for label, policy in policies.items():
                 result = measure_mode_distance(reader.config, weights, prompt, args.new, candidate=policy)
