@@ -23,7 +23,6 @@ from mxserve.server.sampling import EngineGroup, EngineJob, build_sampling_param
 from mxserve.server.sse import DONE, event, sse_response
 from mxserve.server.state import ServerState
 
-
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions (an explicit null means the same)
 
 
