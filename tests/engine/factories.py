@@ -125,6 +125,13 @@ def assert_pages_conserved(scheduler: Scheduler, requests: Iterable[Request]) ->
         assert len(held[name]) + manager.num_free(name) == spec.num_blocks, f"pool {name}: pages leaked"
 
 
+def schedule_step(scheduler: Scheduler, runner: FakeRunner):
+    """One scheduled step through the fake runner; returns the SchedulerOutput."""
+    output = scheduler.schedule()
+    scheduler.update_from_output(output, runner.step(output))
+    return output
+
+
 def run_to_completion(scheduler: Scheduler, runner: FakeRunner | None = None, max_steps: int = 100_000) -> int:
     """Step until no request is left; returns the number of steps."""
     runner = runner or FakeRunner(scheduler)

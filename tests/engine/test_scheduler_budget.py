@@ -9,13 +9,8 @@ from tests.engine.factories import (
     make_scheduler,
     reference_generation,
     run_to_completion,
+    schedule_step,
 )
-
-
-def _step(scheduler, runner):
-    output = scheduler.schedule()
-    scheduler.update_from_output(output, runner.step(output))
-    return output
 
 
 def test_budget_is_shared_by_decodes_and_a_capped_prefill_chunk():
@@ -23,13 +18,13 @@ def test_budget_is_shared_by_decodes_and_a_capped_prefill_chunk():
     runner = FakeRunner(scheduler)
     for name in "abc":
         scheduler.add_request(make_request(name, 2, max_tokens=50))
-    first = _step(scheduler, runner)
+    first = schedule_step(scheduler, runner)
     assert first.num_scheduled_tokens == {"a": 2, "b": 2, "c": 2}
     assert all(chunk.is_new and chunk.samples_next_token for chunk in first.chunks)
 
     scheduler.add_request(make_request("long", 40))
     for step in range(3):
-        output = _step(scheduler, runner)
+        output = schedule_step(scheduler, runner)
         assert output.num_scheduled_tokens == {"a": 1, "b": 1, "c": 1, "long": 8}
         assert output.total_num_tokens == 11
         long_chunk = output.chunk_of("long")
@@ -43,9 +38,9 @@ def test_without_a_cap_the_prefill_takes_the_rest_of_the_budget():
     runner = FakeRunner(scheduler)
     for name in "abc":
         scheduler.add_request(make_request(name, 2, max_tokens=50))
-    _step(scheduler, runner)
+    schedule_step(scheduler, runner)
     scheduler.add_request(make_request("long", 40))
-    assert _step(scheduler, runner).num_scheduled_tokens == {"a": 1, "b": 1, "c": 1, "long": 13}
+    assert schedule_step(scheduler, runner).num_scheduled_tokens == {"a": 1, "b": 1, "c": 1, "long": 13}
 
 
 def test_waiting_prompts_are_chunked_into_the_remaining_budget():
@@ -53,10 +48,10 @@ def test_waiting_prompts_are_chunked_into_the_remaining_budget():
     runner = FakeRunner(scheduler)
     for name in "abc":
         scheduler.add_request(make_request(name, 10, max_tokens=5))
-    first = _step(scheduler, runner)
+    first = schedule_step(scheduler, runner)
     assert first.num_scheduled_tokens == {"a": 10, "b": 6}
     assert first.chunk_of("a").samples_next_token and not first.chunk_of("b").samples_next_token
-    assert _step(scheduler, runner).num_scheduled_tokens == {"a": 1, "b": 4, "c": 10}
+    assert schedule_step(scheduler, runner).num_scheduled_tokens == {"a": 1, "b": 4, "c": 10}
 
 
 def _long_and_short(cap: int) -> tuple[int, int, int]:
@@ -70,7 +65,7 @@ def _long_and_short(cap: int) -> tuple[int, int, int]:
     scheduler.add_request(short_request)
     first_scheduled = None
     for step in range(1, 200):
-        output = _step(scheduler, runner)
+        output = schedule_step(scheduler, runner)
         assert output.total_num_tokens <= 2048
         assert all(chunk.num_tokens <= cap for chunk in output.chunks)
         if first_scheduled is None and "short" in output.num_scheduled_tokens:
@@ -98,9 +93,9 @@ def test_max_num_seqs_bounds_the_running_set():
     requests = [make_request(f"r{i}", 4, max_tokens=3) for i in range(5)]
     for request in requests:
         scheduler.add_request(request)
-    assert _step(scheduler, runner).num_scheduled_tokens == {"r0": 4, "r1": 4}
+    assert schedule_step(scheduler, runner).num_scheduled_tokens == {"r0": 4, "r1": 4}
     while scheduler.has_unfinished_requests():
-        output = _step(scheduler, runner)
+        output = schedule_step(scheduler, runner)
         assert len(output.chunks) <= 2 and scheduler.num_running <= 2
     assert all(r.output_token_ids == reference_generation(r, 128) for r in requests)
 
@@ -116,7 +111,7 @@ def test_admission_is_fifo_and_never_skips_a_request_that_does_not_fit():
     step = 0
     while scheduler.has_unfinished_requests():
         step += 1
-        for chunk in _step(scheduler, runner).chunks:
+        for chunk in schedule_step(scheduler, runner).chunks:
             first_step.setdefault(chunk.request_id, step)
     assert first_step["a"] == 1 and first_step["a"] < first_step["b"] <= first_step["c"]
 
@@ -129,7 +124,7 @@ def test_arrival_order_is_admission_order():
     admitted: list[str] = []
     runner = FakeRunner(scheduler)
     while scheduler.has_unfinished_requests():
-        admitted += [chunk.request_id for chunk in _step(scheduler, runner).chunks if chunk.is_new]
+        admitted += [chunk.request_id for chunk in schedule_step(scheduler, runner).chunks if chunk.is_new]
     assert admitted == [r.request_id for r in requests]
     assert [r.arrival_index for r in requests] == list(range(12))
     assert run_to_completion(scheduler) == 0

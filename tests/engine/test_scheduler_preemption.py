@@ -12,13 +12,8 @@ from tests.engine.factories import (
     make_scheduler,
     reference_generation,
     run_to_completion,
+    schedule_step,
 )
-
-
-def _step(scheduler, runner):
-    output = scheduler.schedule()
-    scheduler.update_from_output(output, runner.step(output))
-    return output
 
 
 def _workload(seed: int = 0):
@@ -57,7 +52,7 @@ def test_the_most_recently_admitted_request_is_evicted_and_resumes_first():
     for request in requests.values():
         scheduler.add_request(request)
     c = requests["c"]
-    while not (output := _step(scheduler, runner)).preempted_request_ids:
+    while not (output := schedule_step(scheduler, runner)).preempted_request_ids:
         pass
     assert output.preempted_request_ids == {"c"} and set(output.num_scheduled_tokens) == {"a", "b"}
     assert c.status is RequestStatus.PREEMPTED and c.num_computed_tokens == 0 and c.num_preemptions == 1
@@ -66,7 +61,7 @@ def test_the_most_recently_admitted_request_is_evicted_and_resumes_first():
 
     admissions = []
     while scheduler.has_unfinished_requests():
-        admissions += [chunk for chunk in _step(scheduler, runner).chunks if chunk.is_new]
+        admissions += [chunk for chunk in schedule_step(scheduler, runner).chunks if chunk.is_new]
     resumed = admissions[0]
     assert (resumed.request_id, resumed.is_resumed, resumed.start_pos) == ("c", True, 0)
     # The resumed chunk recomputes prompt + outputs from position 0, then samples the next token.
@@ -82,10 +77,10 @@ def test_abort_a_waiting_request():
     a, b = make_request("a", 4, max_tokens=3), make_request("b", 4)
     scheduler.add_request(a)
     scheduler.add_request(b)
-    _step(scheduler, runner)
+    schedule_step(scheduler, runner)
     assert scheduler.abort_request("b")
     assert b.status is RequestStatus.FINISHED_ABORTED and b.finish_reason == "abort"
-    output = _step(scheduler, runner)
+    output = schedule_step(scheduler, runner)
     assert output.finished_request_ids == {"b"} and "b" not in output.num_scheduled_tokens
     run_to_completion(scheduler, runner)
     assert b.output_token_ids == [] and scheduler.block_manager.is_all_free()
@@ -96,7 +91,7 @@ def test_abort_mid_prefill_frees_every_pool():
     runner = FakeRunner(scheduler)
     request = make_request("a", 40)
     scheduler.add_request(request)
-    _step(scheduler, runner)
+    schedule_step(scheduler, runner)
     assert request.num_computed_tokens == 8 and not scheduler.block_manager.is_all_free()
     assert scheduler.abort_request("a")
     assert scheduler.block_manager.is_all_free() and not scheduler.has_unfinished_requests()
@@ -110,7 +105,7 @@ def test_abort_while_decoding_and_between_schedule_and_update():
     scheduler.add_request(a)
     scheduler.add_request(b)
     for _ in range(5):
-        _step(scheduler, runner)
+        schedule_step(scheduler, runner)
     assert scheduler.abort_request("a")
     assert_pages_conserved(scheduler, [a, b])
 
@@ -127,7 +122,7 @@ def test_abort_a_preempted_request_and_unknown_ids():
     requests = [make_request(name, 4, max_tokens=10) for name in "abc"]
     for request in requests:
         scheduler.add_request(request)
-    while not _step(scheduler, runner).preempted_request_ids:
+    while not schedule_step(scheduler, runner).preempted_request_ids:
         pass
     assert requests[2].status is RequestStatus.PREEMPTED
     assert scheduler.abort_request("c")
