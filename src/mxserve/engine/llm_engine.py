@@ -10,6 +10,7 @@ decides EOS/length stops, the detokenizer turns tokens into text and decides sto
 from __future__ import annotations
 
 import logging
+import random
 import sys
 import time
 from collections.abc import Sequence
@@ -126,7 +127,7 @@ class LLMEngine:
         self.runner = ModelRunner(self.model, cache_state, self.device)
         self._requests: dict[str, _Tracked] = {}
         self._sample_owner: dict[str, str] = {}  # scheduler request id → user request id
-        self._seed_rng = __import__("random").Random(config.seed)
+        self._seed_rng = random.Random(config.seed)
         logger.info("%s (%s numerics, device %s)", self.cache_plan.startup_line(), config.numerics, self.device)
 
     def _choose_linear_backend(self, weights) -> str:
