@@ -16,6 +16,12 @@ import torch
 
 torch.set_num_threads(1)
 
+# Without a GPU, Triton kernels run under the interpreter. `@triton.jit` reads TRITON_INTERPRET when
+# a kernel module is imported, and any test that imports `mxserve.kernels` imports them, so this
+# must be set before collection reaches any test module (a per-folder conftest is too late).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 # Session-wide tiny checkpoints (written once per process, never modified: tests copy before editing).
 from pathlib import Path  # noqa: E402
