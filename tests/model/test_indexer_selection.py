@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-import mxserve.model.attention as attention
 from tests.model.conftest import exact_model, random_prompt, run_in_chunks
 
 
@@ -14,18 +15,18 @@ def brute_force(scores: list[float], k: int, num_valid: int) -> list[int]:
 
 
 @pytest.mark.parametrize(("name", "chunk"), [("tied_indexer", 7), ("tied_indexer", 1), ("mixed", 64)])
-def test_selection_is_the_tie_broken_top_k_of_exactly_the_causal_candidates(monkeypatch, name, chunk):
+def test_selection_is_the_tie_broken_top_k_of_exactly_the_causal_candidates(name, chunk):
     model = exact_model(name)
     ratio, top_k = model.config.compress_rate_csa, model.config.index_topk
     calls = []
-    real = attention.topk_tiebroken
+    real = model.kernels.topk
 
     def recording(scores, k, *, num_valid):
         out = real(scores, k, num_valid=num_valid)
         calls.append((scores.clone(), k, num_valid.clone(), out.clone()))
         return out
 
-    monkeypatch.setattr(attention, "topk_tiebroken", recording)
+    model.set_kernels(dataclasses.replace(model.kernels, topk=recording))
     tokens = random_prompt(model.config.vocab_size, 90, seed=21)
     run_in_chunks(model, tokens, chunk)
     assert calls, "the indexer never ran"

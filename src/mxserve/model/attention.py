@@ -17,12 +17,10 @@ from dataclasses import dataclass
 import torch
 
 from mxserve.config import AttentionKind, ModelConfig
-from mxserve.kernels.indexer import indexer_scores_ref
-from mxserve.kernels.linear import Weight, grouped_linear_ref, linear_ref
-from mxserve.kernels.sparse_attention import sparse_attention_ref
-from mxserve.kernels.topk import topk_tiebroken
+from mxserve.kernels.linear import Weight
 from mxserve.model.compressor import CompressorSpec, CompressorWeights, compressor_step
 from mxserve.model.forward_batch import ForwardBatch, SequenceChunk
+from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import LayerCaches, ModelCacheState, Pool
 from mxserve.model.norms import rms_norm, unweighted_rms_norm
 from mxserve.model.numerics import NumericPolicy
@@ -58,6 +56,7 @@ class LayerContext:
     layer_id: int
     kind: AttentionKind
     inv_freq: torch.Tensor  # this layer's RoPE table
+    kernels: KernelSet = REFERENCE_KERNELS  # op implementations (mxserve.model.kernel_set)
 
 
 def attention_forward(
@@ -67,23 +66,23 @@ def attention_forward(
     """x [T, D] (normed block input, stream dtype) → [T, D] in stream dtype.
 
     `observer` (optional, verification only) sees cache reader outputs and attention logits/probs."""
-    cfg, policy = ctx.config, ctx.policy
+    cfg, policy, kernels = ctx.config, ctx.policy, ctx.kernels
     sd, qi = policy.stream_dtype, policy.quantize_gemm_inputs
     num_tokens, heads, head_dim = x.shape[0], cfg.num_attention_heads, cfg.head_dim
     positions = batch.positions
 
-    qr = rms_norm(linear_ref(x, w.wq_a, quantize_input=qi).to(sd), w.q_norm, cfg.rms_norm_eps)
-    q = linear_ref(qr, w.wq_b, quantize_input=qi).to(sd).view(num_tokens, heads, head_dim)
+    qr = rms_norm(kernels.linear(x, w.wq_a, quantize_input=qi).to(sd), w.q_norm, cfg.rms_norm_eps)
+    q = kernels.linear(qr, w.wq_b, quantize_input=qi).to(sd).view(num_tokens, heads, head_dim)
     q = apply_rope(unweighted_rms_norm(q, cfg.rms_norm_eps), positions, ctx.inv_freq)
-    kv = rms_norm(linear_ref(x, w.wkv, quantize_input=qi).to(sd), w.kv_norm, cfg.rms_norm_eps)
+    kv = rms_norm(kernels.linear(x, w.wkv, quantize_input=qi).to(sd), w.kv_norm, cfg.rms_norm_eps)
     kv = apply_rope(kv, positions, ctx.inv_freq)
 
     indexer_q = indexer_w = None
     if w.indexer is not None:
         ih, idim = cfg.index_n_heads, cfg.index_head_dim
-        indexer_q = linear_ref(qr, w.indexer.wq_b, quantize_input=qi).to(sd).view(num_tokens, ih, idim)
+        indexer_q = kernels.linear(qr, w.indexer.wq_b, quantize_input=qi).to(sd).view(num_tokens, ih, idim)
         indexer_q = apply_rope(indexer_q, positions, ctx.inv_freq)
-        indexer_w = linear_ref(x, w.indexer.weights_proj) * (idim**-0.5 * ih**-0.5)
+        indexer_w = kernels.linear(x, w.indexer.weights_proj) * (idim**-0.5 * ih**-0.5)
 
     out = torch.empty(num_tokens, heads, head_dim, dtype=torch.float32, device=x.device)
     for chunk in batch.chunks:
@@ -94,8 +93,8 @@ def attention_forward(
             w, ctx, caches, state, observer,
         )
     out = apply_rope(out.to(sd), positions, ctx.inv_freq, inverse=True)
-    grouped = grouped_linear_ref(out.reshape(num_tokens, cfg.o_groups, -1), w.wo_a).to(sd)
-    return linear_ref(grouped.flatten(1), w.wo_b, quantize_input=qi).to(sd)
+    grouped = kernels.grouped_linear(out.reshape(num_tokens, cfg.o_groups, -1), w.wo_a).to(sd)
+    return kernels.linear(grouped.flatten(1), w.wo_b, quantize_input=qi).to(sd)
 
 
 def _attend_chunk(
@@ -121,7 +120,7 @@ def _attend_chunk(
             state_cache=caches.state, state_slots_of=lambda p: state.slots(state_pool, seq, p),
             entry_cache=caches.compressed, entry_slots_of=lambda s: state.slots(entry_pool, seq, s),
             inv_freq=ctx.inv_freq, rms_eps=cfg.rms_norm_eps, out_dtype=policy.stream_dtype,
-            round_pooled_to_bf16=policy.round_compressed_to_bf16,
+            round_pooled_to_bf16=policy.round_compressed_to_bf16, kernels=ctx.kernels,
         )
         visible = torch.div(positions + 1, ratio, rounding_mode="floor")  # entries s < visible[t]
         if csa:
@@ -140,7 +139,7 @@ def _attend_chunk(
         def inspect(name: str, values: torch.Tensor) -> None:
             observer.on_attention_values(ctx.layer_id, seq, site_names[name], values)
 
-    return sparse_attention_ref(q, sources, w.sink, cfg.head_dim**-0.5, inspect=inspect)
+    return ctx.kernels.sparse_attention(q, sources, w.sink, cfg.head_dim**-0.5, inspect=inspect)
 
 
 def _indexer_select(
@@ -155,7 +154,7 @@ def _indexer_select(
         state_cache=caches.indexer_state, state_slots_of=lambda p: state.slots(Pool.INDEXER_STATE, seq, p),
         entry_cache=caches.indexer, entry_slots_of=lambda s: state.slots(Pool.INDEXER, seq, s),
         inv_freq=ctx.inv_freq, rms_eps=cfg.rms_norm_eps, out_dtype=policy.stream_dtype,
-        round_pooled_to_bf16=policy.round_compressed_to_bf16,
+        round_pooled_to_bf16=policy.round_compressed_to_bf16, kernels=ctx.kernels,
     )
     num_entries = int(visible.max())
     if num_entries == 0:
@@ -164,6 +163,6 @@ def _indexer_select(
     keys = caches.indexer.read(state.slots(Pool.INDEXER, seq, all_ids))
     if observer is not None:
         observer.on_attention_values(ctx.layer_id, seq, "indexer key cache reader", keys)
-    scores = indexer_scores_ref(indexer_q, indexer_w, keys)  # [T, N]
+    scores = ctx.kernels.indexer_scores(indexer_q, indexer_w, keys)  # [T, N]
     k = min(cfg.index_topk, num_entries)
-    return topk_tiebroken(scores, k, num_valid=visible)
+    return ctx.kernels.topk(scores, k, num_valid=visible)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mxserve.kernels.compressor import compress_pool_ref
-from mxserve.kernels.linear import Weight, linear_ref
+from mxserve.kernels.linear import Weight
+from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.norms import rms_norm
 from mxserve.model.rope import apply_rope
 
@@ -56,6 +56,7 @@ def compressor_step(
     rms_eps: float,
     out_dtype: torch.dtype,
     round_pooled_to_bf16: bool,
+    kernels: KernelSet = REFERENCE_KERNELS,
 ) -> None:
     """Process one sequence chunk: x [T, D] (normed block input), positions [T] contiguous.
 
@@ -63,8 +64,8 @@ def compressor_step(
     sequence's positions/entries to global cache slots (−1 for negative indices).
     """
     m, d, width = spec.ratio, spec.dim, spec.width
-    a = linear_ref(x, weights.wkv)  # fp32 [T, c·d] (the release computes these in fp32)
-    z = linear_ref(x, weights.wgate) + weights.ape.float()[positions.remainder(m)]
+    a = kernels.linear(x, weights.wkv)  # fp32 [T, c·d] (the release computes these in fp32)
+    z = kernels.linear(x, weights.wgate) + weights.ape.float()[positions.remainder(m)]
     state_cache.write(state_slots_of(positions), torch.cat((a, z), dim=-1))
 
     completes = (positions + 1).remainder(m) == 0
@@ -85,7 +86,7 @@ def compressor_step(
     absent = (row_positions < 0)[..., None]
     values = values.masked_fill(absent, 0.0)
     logits = logits.masked_fill(absent, float("-inf"))
-    pooled = compress_pool_ref(values, logits)  # fp32 [E, d]
+    pooled = kernels.compress_pool(values, logits)  # fp32 [E, d]
     if round_pooled_to_bf16:
         pooled = pooled.to(torch.bfloat16)
     entries = rms_norm(pooled.to(out_dtype), weights.norm, rms_eps)

@@ -9,18 +9,19 @@ mapping; they are not used here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import torch
 
 from mxserve.config import AttentionKind, ModelConfig
 from mxserve.formats import QuantizedWeight
-from mxserve.kernels.linear import linear_ref
 from mxserve.kernels.moe import ExpertWeights
 from mxserve.model.attention import AttentionWeights, IndexerWeights, LayerContext, attention_forward
 from mxserve.model.compressor import CompressorWeights
 from mxserve.model.forward_batch import ForwardBatch
 from mxserve.model.hyper_connection import HyperConnectionWeights, hc_head, hc_post, hc_pre
+from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import ModelCacheState
 from mxserve.model.moe import MoEWeights, moe_forward
 from mxserve.model.norms import rms_norm
@@ -40,13 +41,16 @@ class DeepseekV4Model:
         kv_cache_dtype: KVCacheDtype | str | None = None,
         resident_weights: bool = False,
         observer: ForwardObserver | None = None,
+        kernels: KernelSet = REFERENCE_KERNELS,
     ) -> None:
         """`numerics`: a named mode, or a full NumericPolicy (ablations pick single QAT points).
         `resident_weights`: decode every linear once into fp64 and keep it (bit-identical results,
         8 B/parameter; the engine picks it for small models on the CPU).
         `observer`: optional verification hook (`mxserve.model.observer`); may be set later as an
-        attribute. None (the default) costs one `is None` test per site."""
+        attribute. None (the default) costs one `is None` test per site.
+        `kernels`: the op implementations (`mxserve.model.kernel_set`); all references by default."""
         self.config = config
+        self.kernels = kernels
         self.observer = observer
         if isinstance(numerics, NumericPolicy):
             if kv_cache_dtype is not None:
@@ -103,8 +107,13 @@ class DeepseekV4Model:
         return (
             hc("attn"), store.tensor(f"{p}attn_norm.weight"), attention,
             hc("ffn"), store.tensor(f"{p}ffn_norm.weight"), moe,
-            LayerContext(cfg, self.policy, i, kind, self.rope.for_kind(kind)),
+            LayerContext(cfg, self.policy, i, kind, self.rope.for_kind(kind), self.kernels),
         )
+
+    def set_kernels(self, kernels: KernelSet) -> None:
+        """Swap the op implementations (tests and `mxserve verify` compare single ops this way)."""
+        self.kernels = kernels
+        self.layers = [(*layer[:-1], dataclasses.replace(layer[-1], kernels=kernels)) for layer in self.layers]
 
     # ------------------------------------------------------------------ forward
     def new_cache_state(self, *, max_sequences: int, max_positions: int, block_size: int = 64,
@@ -129,7 +138,8 @@ class DeepseekV4Model:
                                     state.layers[ctx.layer_id], state, observer)
             streams = hc_post(out, streams, post, comb)
             block_in, post, comb = hc_pre(streams, hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
-            out = moe_forward(rms_norm(block_in, ffn_norm, cfg.rms_norm_eps), batch.token_ids, moe, cfg, self.policy)
+            out = moe_forward(rms_norm(block_in, ffn_norm, cfg.rms_norm_eps), batch.token_ids, moe, cfg, self.policy,
+                              self.kernels)
             if observer is not None:
                 observer.on_moe_output(ctx.layer_id, batch, out)
             streams = hc_post(out, streams, post, comb)
@@ -138,4 +148,4 @@ class DeepseekV4Model:
         if batch.logits_rows is not None:
             streams = streams[batch.logits_rows]
         hidden = rms_norm(hc_head(streams, *self.hc_head_weights, **hc_args), self.final_norm, cfg.rms_norm_eps)
-        return linear_ref(hidden, self.head)
+        return self.kernels.linear(hidden, self.head)

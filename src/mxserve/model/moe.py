@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import torch
 
 from mxserve.config import ModelConfig
-from mxserve.kernels.moe import ExpertWeights, expert_ffn_ref, moe_experts_ref, route_ref
+from mxserve.kernels.moe import ExpertWeights
+from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.numerics import NumericPolicy
 
 
@@ -25,17 +26,18 @@ class MoEWeights:
 
 
 def moe_forward(
-    x: torch.Tensor, token_ids: torch.Tensor, w: MoEWeights, config: ModelConfig, policy: NumericPolicy
+    x: torch.Tensor, token_ids: torch.Tensor, w: MoEWeights, config: ModelConfig, policy: NumericPolicy,
+    kernels: KernelSet = REFERENCE_KERNELS,
 ) -> torch.Tensor:
     """x [T, D] (normed, stream dtype), token_ids [T] → [T, D] stream dtype."""
-    weights, expert_ids = route_ref(
+    weights, expert_ids = kernels.route(
         x, w.gate, top_k=config.num_experts_per_tok, routed_scaling=config.routed_scaling_factor,
         bias=w.bias, tid2eid=w.tid2eid, token_ids=token_ids,
     )
     qi, sd = policy.quantize_gemm_inputs, policy.stream_dtype
-    out = moe_experts_ref(
+    out = kernels.moe_experts(
         x, expert_ids, weights, w.experts, limit=config.swiglu_limit, quantize_inputs=qi, hidden_dtype=sd
     )
     if w.shared is not None:
-        out = out + expert_ffn_ref(x, w.shared, limit=config.swiglu_limit, quantize_inputs=qi, hidden_dtype=sd)
+        out = out + kernels.expert_ffn(x, w.shared, limit=config.swiglu_limit, quantize_inputs=qi, hidden_dtype=sd)
     return out.to(sd)

@@ -1,0 +1,41 @@
+"""The op implementations one model instance calls, fixed when the model is built.
+
+The model's math never names a backend: every kernel-shaped op goes through `ctx.kernels.<op>`.
+`KernelSet()` is the all-reference set (the spec, fp64-accumulated, batch-invariant by
+construction). The engine builds another set from the kernel chooser's per-op, per-layer
+decisions (`mxserve.kernels.chooser`) and passes it to `DeepseekV4Model(kernels=...)`; each
+slot keeps its reference's signature, so a test can swap a single op and compare.
+`labels` names the backend behind each slot, for the startup log and `mxserve verify`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from mxserve.kernels.compressor import compress_pool_ref
+from mxserve.kernels.indexer import indexer_scores_ref
+from mxserve.kernels.linear import grouped_linear_ref, linear_ref
+from mxserve.kernels.moe import expert_ffn_ref, moe_experts_ref, route_ref
+from mxserve.kernels.sparse_attention import sparse_attention_ref
+from mxserve.kernels.topk import topk_tiebroken
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    linear: Callable = linear_ref  # (x, weight, *, quantize_input=False) -> fp32 [T, N]
+    grouped_linear: Callable = grouped_linear_ref  # (x [T, G, K], weight [G·R, K]) -> [T, G·R]
+    route: Callable = route_ref  # MoE router, see route_ref
+    moe_experts: Callable = moe_experts_ref  # routed experts, see moe_experts_ref
+    expert_ffn: Callable = expert_ffn_ref  # the shared expert, see expert_ffn_ref
+    compress_pool: Callable = compress_pool_ref  # compressor softmax pooling
+    indexer_scores: Callable = indexer_scores_ref  # CSA indexer scores
+    topk: Callable = topk_tiebroken  # tie-broken top-k selection
+    sparse_attention: Callable = sparse_attention_ref  # attention with the sink over cache slots
+    labels: Mapping[str, str] = field(default_factory=dict)  # op -> backend description ("reference" if absent)
+
+    def label(self, op: str) -> str:
+        return self.labels.get(op, "reference")
+
+
+REFERENCE_KERNELS = KernelSet()
