@@ -12,9 +12,14 @@ Normalised form, one book per block:
 followed by a blank line. Whitespace inside a verse is collapsed to single spaces; nothing else
 is changed (spelling, punctuation and italics-free text are the package's).
 
-Split: the trailing books (Colossians .. Revelation) are held out, contiguous, until at least 5% of
-the bytes are held out; everything before is training text. Outputs (in --out):
-train.txt, heldout.txt, source.json (package versions, .deb SHA-256, split, byte counts).
+Split: every 20th chapter of the canon (chapters 20, 40, 60, ... counted across all books, about
+5% of the bytes) is held out; everything else is training text. Held-out chapters are spread over
+the whole Bible, so the held-out text has the training text's mix of narrative, law, poetry,
+prophecy, gospels and epistles. (An earlier split held out the trailing epistles as one block; the
+model then met a style in evaluation it had hardly seen in training, and its greedy continuations
+of epistle verses looped.) Each block of consecutive chapters starts with its book's name line
+and ends with a blank line, in both files. Outputs (in --out): train.txt, heldout.txt,
+source.json (package versions, .deb SHA-256, split, byte counts).
 
     python tools/default_model/prepare_corpus.py --out .dm_data
 """
@@ -30,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 PACKAGES = ("bible-kjv-text", "bible-kjv")
-HELDOUT_FRACTION = 0.05
+HELDOUT_EVERY = 20  # hold out chapters HELDOUT_EVERY, 2*HELDOUT_EVERY, ... of the canon
 
 # The `bible` program's book abbreviations, in canonical order, and their full names.
 BOOKS = [
@@ -73,30 +78,48 @@ def dump_verses(root: Path) -> list[str]:
     return out.splitlines()
 
 
-def books_from_verses(lines: list[str]) -> list[tuple[str, str]]:
-    """(full book name, normalised book text) in canonical order."""
+Chapter = tuple[str, int, list[str]]  # (full book name, chapter number, verse lines)
+
+
+def chapters_from_verses(lines: list[str]) -> list[Chapter]:
+    """Every chapter, in canonical order, with its normalised verse lines `chapter:verse text`."""
     names = dict(BOOKS)
-    texts: dict[str, list[str]] = {}
+    chapters: list[Chapter] = []
+    seen_books: list[str] = []
     for line in lines:
         m = _VERSE_RE.match(line)
         if m is None:
             raise ValueError(f"unexpected line from bible: {line[:80]!r}")
         abbrev, chapter, verse, text = m.groups()
-        texts.setdefault(abbrev, []).append(f"{chapter}:{verse} {' '.join(text.split())}")
-    if list(texts) != [a for a, _ in BOOKS]:
-        raise ValueError(f"book order differs from the canon: {list(texts)}")
-    return [(names[a], f"{names[a]}\n" + "\n".join(v) + "\n\n") for a, v in texts.items()]
+        if not seen_books or seen_books[-1] != abbrev:
+            seen_books.append(abbrev)
+        if not chapters or chapters[-1][0] != names[abbrev] or chapters[-1][1] != int(chapter):
+            chapters.append((names[abbrev], int(chapter), []))
+        chapters[-1][2].append(f"{chapter}:{verse} {' '.join(text.split())}")
+    if seen_books != [a for a, _ in BOOKS]:
+        raise ValueError(f"book order differs from the canon: {seen_books}")
+    return chapters
 
 
-def split_books(books: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """Hold out trailing books until >= HELDOUT_FRACTION of the bytes."""
-    total = sum(len(t.encode()) for _, t in books)
-    held = 0
-    cut = len(books)
-    while held < HELDOUT_FRACTION * total:
-        cut -= 1
-        held += len(books[cut][1].encode())
-    return books[:cut], books[cut:]
+def blocks(chapters: list[Chapter]) -> str:
+    """Runs of consecutive chapters of one book, each run as `Book name`, its verses, a blank line."""
+    out: list[str] = []
+    previous: tuple[str, int] | None = None
+    for book, number, verses in chapters:
+        if previous != (book, number - 1):
+            if out:
+                out.append("\n")
+            out.append(f"{book}\n")
+        out.append("\n".join(verses) + "\n")
+        previous = (book, number)
+    return "".join(out) + "\n"
+
+
+def split_chapters(chapters: list[Chapter]) -> tuple[list[Chapter], list[Chapter]]:
+    """(training chapters, held-out chapters): every HELDOUT_EVERY-th chapter is held out."""
+    held = [c for i, c in enumerate(chapters, start=1) if i % HELDOUT_EVERY == 0]
+    train = [c for i, c in enumerate(chapters, start=1) if i % HELDOUT_EVERY != 0]
+    return train, held
 
 
 def main() -> None:
@@ -106,22 +129,24 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         packages = fetch_packages(Path(tmp))
-        books = books_from_verses(dump_verses(Path(tmp) / "root"))
-    train, heldout = split_books(books)
-    for name, part in (("train.txt", train), ("heldout.txt", heldout)):
-        (args.out / name).write_text("".join(t for _, t in part), encoding="utf-8")
+        chapters = chapters_from_verses(dump_verses(Path(tmp) / "root"))
+    train, heldout = split_chapters(chapters)
+    texts = {"train.txt": blocks(train), "heldout.txt": blocks(heldout)}
+    for name, text in texts.items():
+        (args.out / name).write_text(text, encoding="utf-8")
     source = {
         "corpus": "King James Version of the Bible (1611), public domain",
         "debian_packages": packages,
         "license": "public domain (KJV text); the Debian packaging and `bible` program are GPL-2+ and not shipped",
         "normalisation": "one verse per line as 'chapter:verse text', whitespace collapsed, book name line first",
-        "train_books": [n for n, _ in train],
-        "heldout_books": [n for n, _ in heldout],
-        "train_bytes": sum(len(t.encode()) for _, t in train),
-        "heldout_bytes": sum(len(t.encode()) for _, t in heldout),
+        "split": f"every {HELDOUT_EVERY}th chapter of the canon held out",
+        "heldout_chapters": [f"{book} {number}" for book, number, _ in heldout],
+        "train_chapters": len(train),
+        "train_bytes": len(texts["train.txt"].encode()),
+        "heldout_bytes": len(texts["heldout.txt"].encode()),
     }
     (args.out / "source.json").write_text(json.dumps(source, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in source.items() if k != "train_books"}, indent=2))
+    print(json.dumps({k: v for k, v in source.items() if k != "heldout_chapters"}, indent=2))
 
 
 if __name__ == "__main__":

@@ -138,6 +138,24 @@ class LoadBalancer:
 
 
 @torch.no_grad()
+def add_residual_dropout(model, p: float) -> None:
+    """Dropout on each decoder layer's attention and MoE outputs (training mode only; eval and the
+    saved weights are unaffected). The blocks return a tensor or a tuple whose first item is the output."""
+    if p <= 0:
+        return
+
+    def hook(module, _inputs, output):
+        if not module.training:
+            return output
+        if isinstance(output, tuple):
+            return (torch.nn.functional.dropout(output[0], p, True), *output[1:])
+        return torch.nn.functional.dropout(output, p, True)
+
+    for layer in model.model.layers:
+        layer.self_attn.register_forward_hook(hook)
+        layer.mlp.register_forward_hook(hook)
+
+
 def heldout_loss(model, windows: torch.Tensor, device: str, batch_size: int) -> float:
     """Mean next-token cross-entropy (nats) over every predicted position of the windows."""
     model.eval()
@@ -162,14 +180,14 @@ def lr_at(step: int, elapsed_s: float, args) -> float:
     return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def save_bf16(model, out: Path, max_shard_size: str) -> None:
+def save_bf16(model, out: Path, max_shard_size: str, tokenizer_dir: Path) -> None:
     """save_pretrained in bf16, leaving fp32 what transformers itself keeps fp32 (hc, norms, sinks...)."""
     keep = tuple(model._keep_in_fp32_modules_strict)
     state = {k: (v if any(f".{m}." in f".{k}" or k.endswith(f".{m}") for m in keep) else v.to(torch.bfloat16))
              for k, v in model.state_dict().items()}
     model.save_pretrained(out, state_dict=state, max_shard_size=max_shard_size)
     for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(PACKAGE_DIR / name, out / name)
+        shutil.copy(tokenizer_dir / name, out / name)
 
 
 # ---------------------------------------------------------------------------- main
@@ -193,11 +211,15 @@ def main() -> None:
     p.add_argument("--bias-update-rate", type=float, default=1e-3)
     p.add_argument("--experts-impl", default="eager", help="transformers experts backend (eager, grouped_mm, ...)")
     p.add_argument("--max-shard-size", default="14MB")
+    p.add_argument("--tokenizer", type=Path, default=PACKAGE_DIR, help="directory with tokenizer.json")
+    p.add_argument("--residual-dropout", type=float, default=0.0,
+                   help="dropout on every attention and MoE block output while training (regularises a model "
+                        "that is far larger than its corpus)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     device = args.device
 
-    tok = Tokenizer.from_file(str(PACKAGE_DIR / "tokenizer.json"))
+    tok = Tokenizer.from_file(str(args.tokenizer / "tokenizer.json"))
     bos, eos = tok.token_to_id("<｜begin▁of▁sentence｜>"), tok.token_to_id("<｜end▁of▁sentence｜>")
     stream = torch.tensor(encode_books(tok, (args.data / "train.txt").read_text(encoding="utf-8"), bos, eos))
     batches = Batches(stream, line_starts(tok, stream), bos, args.seq_len, args.seed)
@@ -207,6 +229,7 @@ def main() -> None:
 
     _config, model = build_model(args.seed, args.experts_impl)
     model.to(device).train()
+    add_residual_dropout(model, args.residual_dropout)
     num_params = sum(p.numel() for p in model.parameters())
     print(f"parameters {num_params / 1e6:.2f} M", flush=True)
     balancer = LoadBalancer(model, args.bias_update_rate)
@@ -261,7 +284,7 @@ def main() -> None:
 
     model.load_state_dict(best[2])
     final = heldout_loss(model, eval_windows, device, args.batch_size)
-    save_bf16(model.cpu(), args.out / "hf", args.max_shard_size)
+    save_bf16(model.cpu(), args.out / "hf", args.max_shard_size, args.tokenizer)
     summary = {"steps": step, "tokens": tokens, "train_s": round(train_s, 1), "best_step": best[1],
                "heldout_loss_fp32_autocast": round(final, 4), "heldout_ppl": round(math.exp(final), 3),
                "num_params": num_params, "args": {k: str(v) for k, v in vars(args).items()},
