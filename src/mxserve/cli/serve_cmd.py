@@ -28,6 +28,8 @@ def serve(
     max_num_seqs: Annotated[int, typer.Option("--max-num-seqs", help="Requests running at once.")] = 64,
     max_num_batched_tokens: Annotated[int, typer.Option("--max-num-batched-tokens",
                                                         help="Token budget per engine step.")] = 2048,
+    long_prefill_token_threshold: Annotated[int, typer.Option(
+        "--long-prefill-token-threshold", help="Chunked-prefill cap: most prompt tokens one request takes per step.")] = 1024,
     kv_cache_dtype: Annotated[str | None, typer.Option("--kv-cache-dtype", help="fp8_ds_mla, bf16 or fp32.")] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
     numerics: Annotated[str, typer.Option("--numerics", help="faithful (release QAT) or exact (fp32 oracle).")] = "faithful",
@@ -47,6 +49,7 @@ def serve(
         engine_config = EngineConfig(model=None if model is None else str(model), device=device, numerics=numerics,
                                      kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
                                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                     long_prefill_token_threshold=long_prefill_token_threshold,
                                      seed=seed)
         names = tuple(served_model_name or (_default_name(model),))
         server_config = ServerConfig(served_model_names=names, api_key=api_key, max_body_bytes=max_body_bytes,
