@@ -87,9 +87,11 @@ class ModelRunner:
             [list(c.token_ids) for c in step.chunks], [c.request_id for c in step.chunks],
             [c.start_pos for c in step.chunks], logits_for=rows, device=self.device,
         )
-        logits = self.model.forward(batch, self.cache_state) if rows else None
+        # Always run the forward, even when no row needs logits: a lone mid-prompt chunk must still
+        # fill the caches (skipping it silently corrupted chunked prefill of a single long prompt).
+        logits = self.model.forward(batch, self.cache_state)
         result = StepResult(RunnerOutput({}))
-        if logits is None:
+        if not rows:
             return result
         result.logits_finite = bool(torch.isfinite(logits).all())
 
