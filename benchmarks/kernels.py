@@ -28,7 +28,12 @@ import torch
 from mxserve.formats import QuantizedWeight, WeightLayout, ue8m0_value
 from mxserve.kernels.linear_fp8_block import linear_fp8_block_ref, quantize_activation_fp8_block
 from mxserve.kernels.linear_fp8_block import triton as fp8_launcher
-from mxserve.kernels.linear_fp8_block.triton import launch_linear_fp8_block, linear_fp8_block_triton
+from mxserve.kernels.linear_fp8_block.triton import (
+    grouped_linear_fp8_block_triton,
+    launch_gemv_fp8_block,
+    launch_linear_fp8_block,
+    linear_fp8_block_triton,
+)
 
 SHAPES = {  # name: (N out, K in), DeepSeek-V4-Flash dense layers
     "wq_a||wkv": (1536, 4096),
@@ -114,16 +119,29 @@ def check(shapes: dict, log: list) -> None:
     """Parity against the fp64 twin at M in {1, 16, 2048}, and batch invariance (M = 1, 7, 64, 257)."""
     for name, (n, k) in shapes.items():
         w = make_weight(n, k, 1)
-        for m in (1, 16, 2048):
+        for m in (1, 4, 16, 64, 2048):
             x = torch.randn(m, k, device="cuda")
             row = {"kind": "parity", "shape": name, "M": m}
-            for label, xin, q in (("wo_bf16x", x.bfloat16(), False), ("wo_fp32x", x, False), ("w8a8", x, True)):
-                out = linear_fp8_block_triton(xin, w, quantize_input=q)
+            cases = [("wo_bf16x", x.bfloat16(), False, "auto"), ("wo_fp32x", x, False, "auto"), ("w8a8", x, True, "auto")]
+            if m <= 4:
+                cases += [("gemv_bf16x", x.bfloat16(), False, "gemv"), ("gemv_w8a8", x, True, "gemv")]
+            for label, xin, q, tile in cases:
+                out = linear_fp8_block_triton(xin, w, quantize_input=q, tile=tile)
                 row[label] = rel_err(out, linear_fp8_block_ref(xin, w, quantize_input=q))
                 row[label + "_nan"] = bool(torch.isnan(out).any())
             log.append(row)
             print(json.dumps(row), flush=True)
-    for name in ("wq_a||wkv", "wo_b", "wq_b"):
+    t, g, kk, r = 64, 8, 4096, 1024  # wo_a, grouped
+    wg = make_weight(g * r, kk, 3)
+    for m in (1, 16, t):
+        xg = torch.randn(m, g, kk, device="cuda").bfloat16()
+        from mxserve.kernels.linear import grouped_linear_ref
+
+        row = {"kind": "parity", "shape": "wo_a", "M": m,
+               "grouped": rel_err(grouped_linear_fp8_block_triton(xg, wg), grouped_linear_ref(xg, wg))}
+        log.append(row)
+        print(json.dumps(row), flush=True)
+    for name in shapes:
         n, k = SHAPES[name]
         w = make_weight(n, k, 2)
         x = torch.randn(257, k, device="cuda")
@@ -136,7 +154,12 @@ def check(shapes: dict, log: list) -> None:
             forced = {m: bool(torch.equal(linear_fp8_block_triton(xin[:m], w, quantize_input=q, tile="decode"),
                                           linear_fp8_block_triton(xin, w, quantize_input=q, tile="decode")[:m]))
                       for m in (1, 7, 64)}
-            row = {"kind": "invariance", "shape": name, "variant": label, "auto_tile": same, "decode_tile": forced}
+            gemv = {}
+            if not q:
+                g4 = linear_fp8_block_triton(xin[:4], w, tile="gemv")
+                gemv = {m: bool(torch.equal(linear_fp8_block_triton(xin[:m], w, tile="gemv"), g4[:m])) for m in (1, 2, 3)}
+            row = {"kind": "invariance", "shape": name, "variant": label, "auto_tile": same, "decode_tile": forced,
+                   "gemv_1_to_4": gemv}
             log.append(row)
             print(json.dumps(row), flush=True)
 
@@ -185,6 +208,8 @@ def bench_one(name: str, n: int, k: int, m: int, weights: tuple, copies: int, co
         "fp8_w8a8": [lambda w=w: launch_linear_fp8_block(xq, w, x_scales=xs) for w in ws_],
         "bf16": [lambda w=w: torch.matmul(xb, w.t()) for w in wb_],
     }
+    if m <= 4:
+        variants["fp8_gemv"] = [lambda w=w: launch_gemv_fp8_block(xb, w) for w in ws_]
     if m <= 16:
         variants["fp8_wo_f32x"] = [lambda w=w: launch_linear_fp8_block(x32, w) for w in ws_]
     try:
@@ -213,59 +238,60 @@ def bench_one(name: str, n: int, k: int, m: int, weights: tuple, copies: int, co
         res["fp8_wo_TBps"] = fp8_bytes / t / 1e12
         res["fp8_wo_frac_copy"] = fp8_bytes / t / copy_bw
         res["fp8_wo_TFLOPs"] = 2 * m * n * k / t / 1e12
+    for mine in ("fp8_w8a8", "fp8_gemv"):
+        if res.get(mine + "_s"):
+            res[mine + "_TBps"] = fp8_bytes / res[mine + "_s"] / 1e12
     for base in ("bf16", "smm_row", "smm_block", "deq_mm"):
-        for mine in ("fp8_wo", "fp8_w8a8"):
+        for mine in ("fp8_wo", "fp8_w8a8", "fp8_gemv"):
             if res.get(base + "_s") and res.get(mine + "_s"):
                 res[f"{mine}_vs_{base}"] = res[base + "_s"] / res[mine + "_s"]
     return res
 
 
-SWEEP_TILES = [(64, 4, 4), (64, 4, 6), (64, 8, 4), (128, 4, 4), (128, 8, 4), (128, 8, 6), (32, 4, 6), (32, 2, 8)]
-SWEEP_SHAPES = ("wq_b", "wo_b", "shared_w13", "head")
+def bench_grouped(copy_bw: float, ms: tuple, log: list) -> None:
+    """wo_a: 8 groups of (1024 x 4096) in one launch against bf16 `torch.bmm` over the groups."""
+    g, r, k = 8, 1024, 4096
+    w0 = make_weight(g * r, k, 0)
+    copies = max(1, math.ceil(ROTATE_BYTES / w0.nbytes))
+    ws_ = [w0] + [QuantizedWeight.from_fp8_block(w0.codes.clone(), w0.scales.clone()) for _ in range(copies - 1)]
+    wb_ = [w.dequantize(torch.bfloat16).view(g, r, k).transpose(1, 2) for w in ws_[: max(1, copies // 2)]]
+    for m in ms:
+        xg = torch.randn(m, g, k, device="cuda").bfloat16()
+        xt = xg.transpose(0, 1)
+        res = {"kind": "bench", "shape": "wo_a (8 groups)", "N": g * r, "K": k, "M": m, "copies": copies}
+        for label, calls in (("fp8_wo", [lambda w=w, xg=xg: grouped_linear_fp8_block_triton(xg, w) for w in ws_]),
+                             ("bf16", [lambda w=w, xt=xt: torch.bmm(xt, w) for w in wb_])):
+            try:
+                res[label + "_s"] = graph_time(calls)
+            except Exception as e:
+                res[label + "_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        if res.get("fp8_wo_s"):
+            res["fp8_wo_TBps"] = w0.nbytes / res["fp8_wo_s"] / 1e12
+            res["fp8_wo_frac_copy"] = w0.nbytes / res["fp8_wo_s"] / copy_bw
+            if res.get("bf16_s"):
+                res["fp8_wo_vs_bf16"] = res["bf16_s"] / res["fp8_wo_s"]
+        log.append(res)
+        print(json.dumps(res), flush=True)
+    torch.cuda.empty_cache()
 
 
-def sweep_decode_tile(log: list) -> tuple:
-    """Time each candidate decode tile (BLOCK_N, warps, stages) at M = 1 and 8 on the large layers;
-    return the one with the least total weight-only time (the decode target)."""
-    totals = {}
-    for name in SWEEP_SHAPES:
-        n, k = SHAPES[name]
-        w0 = make_weight(n, k, 0)
-        copies = max(1, math.ceil(ROTATE_BYTES / w0.nbytes))
-        ws_ = [w0] + [QuantizedWeight.from_fp8_block(w0.codes.clone(), w0.scales.clone()) for _ in range(copies - 1)]
-        for m in (1, 8):
-            xb = torch.randn(m, k, device="cuda").bfloat16()
-            xq, xs = quantize_activation_fp8_block(xb.float())
-            for cfg in SWEEP_TILES:
-                fp8_launcher.DECODE_TILE = cfg
-                row = {"kind": "sweep", "shape": name, "M": m, "tile": cfg}
-                for label, fn in (("fp8_wo", lambda w, xb=xb: launch_linear_fp8_block(xb, w)),
-                                  ("fp8_w8a8", lambda w, xq=xq, xs=xs: launch_linear_fp8_block(xq, w, x_scales=xs))):
-                    try:
-                        row[label + "_s"] = graph_time([lambda w=w, fn=fn: fn(w) for w in ws_])
-                    except Exception as e:
-                        row[label + "_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
-                totals[cfg] = totals.get(cfg, 0.0) + row.get("fp8_wo_s", math.inf)
-                row["fp8_wo_TBps"] = w0.nbytes / row["fp8_wo_s"] / 1e12 if "fp8_wo_s" in row else None
-                log.append(row)
-                print(json.dumps(row), flush=True)
-        del ws_
-        torch.cuda.empty_cache()
-    best = min(totals, key=totals.get)
-    log.append({"kind": "sweep_best", "tile": best, "totals_s": {str(c): t for c, t in totals.items()}})
-    print(json.dumps(log[-1]), flush=True)
-    return best
+def tuned_configs() -> dict:
+    """The configs the autotuners picked, per key (for the record: they never depend on exact M)."""
+    out = {}
+    for name, tuner in fp8_launcher._tuned.items():
+        out[name] = {str(key): str(cfg) for key, cfg in getattr(tuner, "cache", {}).items()}
+    return out
 
 
 def table(log: list, copy_bw: float) -> str:
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
 
-    tiles = [r["tile"] for r in log if r.get("kind") == "decode_tile"]
     lines = [
-        f"copy bandwidth {copy_bw / 1e12:.2f} TB/s; decode tile {tiles}; times in us; ratios = baseline time / ours",
-        "| shape | M | wo us | wo TB/s | %copy | wo vs bf16 | wo vs smm_row | wo vs deq | f32x us | w8a8 us | w8a8 vs smm_blk | bf16 us | smm_blk us |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"copy bandwidth {copy_bw / 1e12:.2f} TB/s; times in us; ratios = baseline time / ours",
+        "| shape | M | wo us | wo TB/s | %copy | wo vs bf16 | wo vs smm_row | wo vs deq | gemv us | gemv TB/s | f32x us "
+        "| w8a8 us | w8a8 TB/s | w8a8 vs smm_blk | bf16 us | smm_row us | smm_blk us |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in log:
         if r.get("kind") != "bench":
@@ -276,10 +302,27 @@ def table(log: list, copy_bw: float) -> str:
         lines.append(
             f"| {r['shape']} | {r['M']} | {f(us('fp8_wo_s'), '.1f')} | {f(r.get('fp8_wo_TBps'), '.2f')} | "
             f"{f(r.get('fp8_wo_frac_copy') and 100 * r['fp8_wo_frac_copy'], '.0f')} | {f(r.get('fp8_wo_vs_bf16'), '.2f')} | "
-            f"{f(r.get('fp8_wo_vs_smm_row'), '.2f')} | {f(r.get('fp8_wo_vs_deq_mm'), '.0f')} | {f(us('fp8_wo_f32x_s'), '.1f')} | "
-            f"{f(us('fp8_w8a8_s'), '.1f')} | {f(r.get('fp8_w8a8_vs_smm_block'), '.2f')} | {f(us('bf16_s'), '.1f')} | "
-            f"{f(us('smm_block_s'), '.1f')} |"
+            f"{f(r.get('fp8_wo_vs_smm_row'), '.2f')} | {f(r.get('fp8_wo_vs_deq_mm'), '.0f')} | {f(us('fp8_gemv_s'), '.1f')} | "
+            f"{f(r.get('fp8_gemv_TBps'), '.2f')} | {f(us('fp8_wo_f32x_s'), '.1f')} | "
+            f"{f(us('fp8_w8a8_s'), '.1f')} | {f(r.get('fp8_w8a8_TBps'), '.2f')} | {f(r.get('fp8_w8a8_vs_smm_block'), '.2f')} | "
+            f"{f(us('bf16_s'), '.1f')} | {f(us('smm_row_s'), '.1f')} | {f(us('smm_block_s'), '.1f')} |"
         )
+    worst: dict = {}
+    for r in log:
+        if r.get("kind") == "parity":
+            for key, v in r.items():
+                if isinstance(v, float):
+                    worst[key] = max(worst.get(key, 0.0), v)
+                elif key.endswith("_nan") and v:
+                    worst[key] = True
+    inv = [r for r in log if r.get("kind") == "invariance"]
+    bad = [(r["shape"], r["variant"]) for r in inv
+           if not all(all(d.values()) for d in (r["auto_tile"], r["decode_tile"], r["gemv_1_to_4"]))]
+    lines.append(f"parity (worst normwise rel. error per variant): {worst}")
+    lines.append(f"invariance: {len(inv)} cases, not bit-identical: {bad or 'none'}")
+    errors = [r for r in log if r.get("kind", "").endswith("error")]
+    if errors:
+        lines.append(f"errors: {errors}")
     return "\n".join(lines)
 
 
@@ -289,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
     parser.add_argument("--ms", nargs="*", type=int, default=list(MS))
     parser.add_argument("--check", action="store_true", help="parity and batch invariance first")
-    parser.add_argument("--sweep", action="store_true", help="pick the decode tile by measurement first")
+    parser.add_argument("--grouped", action="store_true", help="also the grouped wo_a projection")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py needs a CUDA GPU", file=sys.stderr)
@@ -314,12 +357,18 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # report and still benchmark
                 log.append({"kind": "check_error", "error": f"{type(e).__name__}: {e}"[:2000]})
                 print(json.dumps(log[-1]), flush=True)
-        if args.sweep:
-            fp8_launcher.DECODE_TILE = sweep_decode_tile(log)
-        log.append({"kind": "decode_tile", "tile": fp8_launcher.DECODE_TILE})
-        print(json.dumps(log[-1]), flush=True)
         for name, (n, k) in shapes.items():
-            bench_shape(name, n, k, tuple(args.ms), copy_bw, log)
+            try:
+                bench_shape(name, n, k, tuple(args.ms), copy_bw, log)
+            except Exception as e:  # one shape failing must not hide the others
+                log.append({"kind": "bench_error", "shape": name, "error": f"{type(e).__name__}: {e}"[:2000]})
+                print(json.dumps(log[-1]), flush=True)
+        if args.grouped:
+            try:
+                bench_grouped(copy_bw, tuple(args.ms), log)
+            except Exception as e:
+                log.append({"kind": "bench_error", "shape": "wo_a", "error": f"{type(e).__name__}: {e}"[:2000]})
+        log.append({"kind": "tuned_configs", **tuned_configs()})
     finally:
         with open(args.out / "kernels.jsonl", "w") as fh:
             for row in log:

@@ -144,14 +144,71 @@ def test_launcher_validates_with_values() -> None:
         linear_fp8_block(torch.randn(2, 128), w, backend="cuda-magic")
 
 
+@pytest.mark.parametrize("quantize_input", [False, True])
+def test_gemv_parity_and_invariance(quantize_input: bool) -> None:
+    """The opt-in FMA GEMV: parity with the twin, rows bit-identical for M = 1..4, M = 0, and a
+    clear error past GEMV_MAX_M."""
+    n, k = 200, 700
+    w = weight(n, k, seed=8)
+    x = torch.randn(4, k, device=DEVICE)
+    full = linear_fp8_block_triton(x, w, quantize_input=quantize_input, tile="gemv")
+    assert rel_err(full, linear_fp8_block_ref(x, w, quantize_input=quantize_input)) <= TOL
+    for m in (1, 2, 3):
+        part = linear_fp8_block_triton(x[:m], w, quantize_input=quantize_input, tile="gemv")
+        assert torch.equal(part, full[:m]), f"M={m}: {first_mismatch(part, full[:m])}"
+    assert linear_fp8_block_triton(x[:0], w, tile="gemv").shape == (0, n)
+    with pytest.raises(ValueError, match="M <= 4"):
+        linear_fp8_block_triton(torch.randn(5, k, device=DEVICE), w, tile="gemv")
+
+
+def test_activation_scaling_keeps_extreme_blocks_exact() -> None:
+    """Weight-only x is scaled per (row, 128 channels) into fp16 range inside the kernel: blocks
+    of huge, tiny and mixed magnitude (bf16 values) still give the twin's result; a one-hot
+    times 2^100 / 2^-100 dequantizes exactly."""
+    n, k = 64, 384
+    w = weight(n, k, seed=9)
+    x = torch.randn(3, k, device=DEVICE)
+    x[0, :128] *= 2.0**100
+    x[1, 128:256] *= 2.0**-100
+    x[2, 256:] *= torch.logspace(-8, 8, 128, device=DEVICE)
+    xb = x.bfloat16()
+    assert rel_err(linear_fp8_block_triton(xb, w), linear_fp8_block_ref(xb, w)) <= TOL
+    dense = w.dequantize(torch.float32)
+    for big in (2.0**100, 2.0**-100):
+        hot = torch.zeros(1, k, device=DEVICE)
+        hot[0, 200] = big
+        out = linear_fp8_block_triton(hot, w)
+        assert torch.equal(out, dense[:, 200][None] * big), first_mismatch(out, dense[:, 200][None] * big)
+
+
+@pytest.mark.parametrize("t", [0, 1, 9])
+def test_grouped_wo_a_parity_and_validation(t: int) -> None:
+    from mxserve.kernels.linear import grouped_linear_ref
+    from mxserve.kernels.linear_fp8_block.triton import grouped_linear_fp8_block_triton
+
+    g, r, k = 3, 128, 300
+    w = weight(g * r, k, seed=10)
+    x = torch.randn(t, g, k, device=DEVICE).bfloat16()
+    out = grouped_linear_fp8_block_triton(x, w)
+    ref = grouped_linear_ref(x, w)
+    assert out.shape == ref.shape == (t, g, r)
+    if t:
+        assert rel_err(out, ref) <= TOL
+        single = grouped_linear_fp8_block_triton(x[:1], w)
+        assert torch.equal(single, out[:1]), first_mismatch(single, out[:1])
+    with pytest.raises(ValueError, match="multiple of 128"):
+        grouped_linear_fp8_block_triton(torch.randn(2, 2, k, device=DEVICE), weight(200, k))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(CPU, reason="needs CUDA")
 @pytest.mark.parametrize("n,k", [(1536, 4096), (4096, 8192), (32768, 1024), (4096, 2048)])
 def test_gpu_parity_and_invariance(n: int, k: int) -> None:
-    """H200: parity at benchmark shapes and bit-identical rows for M = 1, 7, 64, 257 (decode tile).
-    Tolerances from the measured errors (2026-11-29, H200): bf16 x 1.2e-7 → 1e-6; fp32 x split
-    hi+lo 2.6e-6 → 1e-5; W8A8 on FP8 tensor cores 1.3e-4 → 5e-4 (the MMA's fp8 accumulation keeps
-    fewer bits than fp32 even within one 128-K block)."""
+    """GPU: parity at benchmark shapes and bit-identical rows for M = 1, 7, 64, 257 with the
+    automatic launch choice (decode launch for M <= 16, autotuned GEMM launch above: one
+    arithmetic). Tolerances: bf16 x (exact products, fp32 MMA sums) 1e-6; fp32 x as fp16 hi + lo
+    1e-5; W8A8 on FP8 tensor cores 5e-4 (the FP8 MMA accumulates with fewer bits than fp32 inside
+    a 128-K block: 1.3e-4 measured 2026-11-29); the FMA GEMV (M <= 4) 1e-6."""
     w = weight(n, k, seed=11, device="cuda")
     x = torch.randn(257, k, device="cuda")
     for xin, q, tol in ((x.bfloat16(), False, 1e-6), (x, False, 1e-5), (x, True, 5e-4)):
@@ -159,7 +216,12 @@ def test_gpu_parity_and_invariance(n: int, k: int) -> None:
             out = linear_fp8_block_triton(xin[:m], w, quantize_input=q)
             err = rel_err(out, linear_fp8_block_ref(xin[:m], w, quantize_input=q))
             assert err <= tol, f"{err=:.3e} {xin.dtype=} {q=} {m=}"
-        full = linear_fp8_block_triton(xin, w, quantize_input=q, tile="decode")
+        full = linear_fp8_block_triton(xin, w, quantize_input=q)
         for m in (1, 7, 64):
-            part = linear_fp8_block_triton(xin[:m], w, quantize_input=q, tile="decode")
-            assert torch.equal(part, full[:m]), f"M={m}: {first_mismatch(part, full[:m])}"
+            part = linear_fp8_block_triton(xin[:m], w, quantize_input=q)
+            assert torch.equal(part, full[:m]), f"M={m} {xin.dtype=} {q=}: {first_mismatch(part, full[:m])}"
+    xb = x[:4].bfloat16()
+    g4 = linear_fp8_block_triton(xb, w, tile="gemv")
+    assert rel_err(g4, linear_fp8_block_ref(xb, w)) <= 1e-6
+    for m in (1, 2, 3):
+        assert torch.equal(linear_fp8_block_triton(xb[:m], w, tile="gemv"), g4[:m]), f"gemv M={m}"

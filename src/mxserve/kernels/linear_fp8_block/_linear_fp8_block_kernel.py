@@ -1,25 +1,44 @@
-"""Private Triton code of the block-scaled FP8 linear; launched only through `triton.py`.
+"""Private Triton code of the block-scaled linear family; launched only through `triton.py`.
 
-One kernel serves decode and prefill; the launcher picks tile sizes. It computes the transposed
-tile acc[BLOCK_N, BLOCK_M] = W[n-tile, :] · X[m-tile, :]ᵀ ("swap AB"): the widened weight tile is
-the dot's left operand, so at decode the 16-wide token tile is the small side of the MMA and the
-weights stream through the large side.
+`_blockdot_kernel` serves decode (a weight-streaming GEMV-shaped launch: 16-token tile, fixed
+split-K grid) and prefill (a tiled GEMM launch) with ONE arithmetic, so a row's bits never depend
+on M. It computes the transposed tile acc[BLOCK_N, BLOCK_M] = W[n-tile, :] · X[m-tile, :]ᵀ
+("swap AB"): the weight slab is the MMA's large left operand and the few tokens its small right
+operand, so at decode each program streams its BLOCK_N x (KB_PER_GROUP·128) weight slab once.
 
-Numerics (why the order is fixed): for every 128-wide K block the raw codes are widened in
-registers, one dot gives the block's partial sum (a fresh fp32 accumulator), and the block scale
-2^(b-127) (times the activation block scale for W8A8) multiplies that partial sum before it is
-added: sum_b s_b * (sum_k x*w) -- the scale is read once per 128x128 weights and the multiply is
-exact (a power of two). K blocks are grouped into fixed runs of KB_PER_GROUP (a function of the
-layer's N and K only); each run sums into its own accumulator and the runs are added in order,
-either in this program (GROUPS_PER_PROGRAM == 0) or by `_sum_groups_kernel` over a workspace
-(split-K grid). Both give the same bits, and nothing depends on M, so a row's result does not
-depend on the batch it is in.
+Numerics (why the order is fixed):
+- per 128-wide K block, one dot into a fresh fp32 accumulator; the products are exact (FP8 codes
+  and the prepared activations fit the MMA's operand type exactly), so only the MMA's fp32
+  summation rounds, and it is the same instruction sequence for every tile shape;
+- the block's partial sum is multiplied by the activation scale 2^-k (per row and block) and
+  then by the weight block scale 2^(b-127): power-of-two multiplies, exact, once per 128x128
+  weights (folded into the partial sum before any cross-block addition);
+- K blocks form fixed groups of KB_PER_GROUP (a function of N and K only); blocks add in order
+  into the group's accumulator, groups add in order ((0 + g0) + g1) + ..., either in-program or
+  by `_sum_groups_kernel` over a workspace (split-K grid). Same additions, same bits, no M.
+
+Activation preparation (X_MODE):
+- 0: float x (fp32/bf16/fp16) for a weight-only FP8 layer. Each (row, 128-block) of x is scaled
+  by 2^k so that its largest magnitude lies in [2^14, 2^15), then rounded to fp16: exact for
+  bf16 x (8 significant bits fit fp16's 11 wherever the element is within 2^-28 of the block's
+  largest), and FP8 codes widen to fp16 with one conversion per pair (to bf16 it takes three
+  more instructions, which is what kept the previous version issue-bound at decode).
+  X_PIECES == 2 adds a second fp16 dot on the residual x·2^k − hi (fp32 x keeps ~22 bits).
+- 1: e4m3fn codes with fp32 scales [M, ceil(K/128)] (W8A8): FP8 tensor cores (DOT == 2) or
+  both sides widened to fp16 (exact) where the device has none.
+- 2: float x against bf16 weights (linear_bf16): bf16 hi (+ lo for fp32 x) pieces, no scales.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def _pow2(e):
+    """2^e as fp32 for integer e in [-126, 127], built from its bit pattern (exact)."""
+    return ((e + 127) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -32,88 +51,133 @@ def _ue8m0_to_fp32(b):
 
 
 @triton.jit
-def _linear_fp8_block_kernel(
+def _block_partial(
+    x_ptr, xs_ptr, w_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, kb, K, stride_xm, stride_xsm, stride_wn,
+    X_MODE: tl.constexpr, X_PIECES: tl.constexpr, DOT: tl.constexpr, W_KIND: tl.constexpr,
+):
+    """One 128-K block: the [BLOCK_N, BLOCK_M] partial sum, times the activation scale (not yet
+    the weight block scale)."""
+    offs_k = kb * 128 + tl.arange(0, 128)
+    k_mask = offs_k < K
+    w = tl.load(w_ptr + w_rows[:, None] * stride_wn + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0)
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0)
+    # --- weight operand --------------------------------------------------------------------------
+    if W_KIND == 0:
+        w_val = w.to(tl.float8e4nv, bitcast=True)  # e4m3fn codes
+    elif W_KIND == 1:
+        w_val = tl.load(lut_ptr + w.to(tl.int32))  # any 8-bit format through its fp32 value table
+    else:
+        w_val = w  # bf16 values
+    # --- activation operand(s) -------------------------------------------------------------------
+    if X_MODE == 0:
+        xf = x.to(tl.float32)
+        amax = tl.max(tl.abs(xf), axis=1)  # [BLOCK_M]
+        e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127  # floor(log2 amax) for normal amax
+        k_exp = tl.minimum(tl.maximum(14 - e, -126), 126)
+        xs = _pow2(k_exp)
+        inv = _pow2(-k_exp)
+        xsc = xf * xs[:, None]
+        hi = xsc.to(tl.float16)
+        lo = (xsc - hi.to(tl.float32)).to(tl.float16)
+    elif X_MODE == 1:
+        inv = tl.load(xs_ptr + offs_m * stride_xsm + kb, mask=m_mask, other=0.0)
+        hi = x.to(tl.float8e4nv, bitcast=True)
+        lo = hi
+    else:
+        xf = x.to(tl.float32)
+        hi = xf.to(tl.bfloat16)
+        lo = (xf - hi.to(tl.float32)).to(tl.bfloat16)
+    # --- the block's dot -------------------------------------------------------------------------
+    if DOT == 0:
+        # interpreter: an explicit fp32 product-and-sum over the 128 channels, whose order depends
+        # only on K (numpy's matmul blocking would change with the tile shape; its fp16/bf16 dot is wrong)
+        wf = w_val.to(tl.float32)
+        blk = tl.sum(wf[:, None, :] * hi.to(tl.float32)[None, :, :], axis=2)
+        if X_PIECES == 2:
+            blk += tl.sum(wf[:, None, :] * lo.to(tl.float32)[None, :, :], axis=2)
+    elif DOT == 2:
+        blk = tl.dot(w_val, tl.trans(hi))  # e4m3 x e4m3 on FP8 tensor cores
+    else:
+        if W_KIND == 2:
+            wo = w_val
+        else:
+            wo = w_val.to(tl.float16)  # e4m3 → fp16 is exact (and one cvt per pair)
+        if X_MODE == 1:
+            hi = hi.to(tl.float16)
+        blk = tl.dot(wo, tl.trans(hi))
+        if X_PIECES == 2:
+            blk = tl.dot(wo, tl.trans(lo), blk)
+    if X_MODE != 2:
+        blk = blk * inv[None, :]
+    return blk
+
+
+@triton.jit
+def _group_partial(
+    x_ptr, xs_ptr, w_ptr, ws_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, scale_row, kb0, num_kb, K,
+    stride_xm, stride_xsm, stride_wn,
+    KB_PER_GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    X_MODE: tl.constexpr, X_PIECES: tl.constexpr, DOT: tl.constexpr, W_KIND: tl.constexpr,
+):
+    """Sum over the group's K blocks kb0 .. kb0+KB_PER_GROUP-1 (those < num_kb), each block's
+    partial already scaled; blocks past the end contribute exact zeros."""
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for j in range(KB_PER_GROUP):
+        kb = kb0 + j
+        blk = _block_partial(x_ptr, xs_ptr, w_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, kb, K,
+                             stride_xm, stride_xsm, stride_wn, X_MODE, X_PIECES, DOT, W_KIND)
+        if W_KIND != 2:
+            # the weight block scale, loaded once per 128x128 weights (the pipeliner issues it
+            # num_stages blocks ahead together with the weight tile)
+            s = tl.load(scale_row + kb, mask=kb < num_kb, other=127)
+            blk = blk * _ue8m0_to_fp32(s)
+        acc += blk
+    return acc
+
+
+@triton.jit
+def _blockdot_kernel(
     x_ptr, xs_ptr, w_ptr, ws_ptr, lut_ptr, out_ptr,
     M, N, K,
-    stride_xm, stride_xsm, stride_wn, stride_wsn, stride_og, stride_om,
-    KB_PER_GROUP,
+    stride_xm, stride_xg, stride_xsm, stride_xsg, stride_wn, stride_wsn, stride_os, stride_om,
+    NUM_SPLITS,
+    M_BUCKET,  # unused by the code: the prefill autotuner's key (power-of-two bucket of M)
+    KB_PER_GROUP: tl.constexpr,  # 128-K blocks per summation group (from N, K only)
+    NUM_GROUPS: tl.constexpr,  # ceil(ceil(K/128) / KB_PER_GROUP)
+    SPLIT: tl.constexpr,  # True: one group per program (split-K grid), partials to out[split]
     BLOCK_M: tl.constexpr,  # tokens per tile (16 at decode)
     BLOCK_N: tl.constexpr,  # output features per tile; divides 128 (one scale row per tile)
-    GROUPS_PER_PROGRAM: tl.constexpr,  # 1: split-K grid, one group's partial each; 0: all groups
-    ONE_GROUP: tl.constexpr,  # the layer has a single group: no second accumulator (registers)
-    X_FP8: tl.constexpr,  # x holds e4m3fn codes (uint8) with fp32 scales xs[M, ceil(K/128)]
-    X_PIECES: tl.constexpr,  # float x only, DOT==1: 1 = x as bf16, 2 = fp32 x split hi + lo bf16
-    DOT: tl.constexpr,  # 0: fp32 product-sum (interpreter), 1: bf16 tensor cores, 2: fp8 e4m3 tensor cores
-    W_LUT: tl.constexpr,  # True: widen codes through a 256-entry fp32 table (any 8-bit format)
+    X_MODE: tl.constexpr, X_PIECES: tl.constexpr, DOT: tl.constexpr, W_KIND: tl.constexpr,
 ):
-    BLOCK_K: tl.constexpr = 128
+    """Grid (cdiv(N, BLOCK_N), cdiv(M, BLOCK_M), G·S): N is the per-group output width; group g of
+    a block-diagonal weight reads x[:, g, :] (stride_xg) and weight rows g·N .. g·N+N-1 and writes
+    output columns g·N ..; S = NUM_SPLITS split-K programs (1 without SPLIT)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
-    pid_g = tl.program_id(2)
+    pid_z = tl.program_id(2)
+    grp = pid_z // NUM_SPLITS
+    split = pid_z % NUM_SPLITS
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_k = tl.arange(0, BLOCK_K)
     n_mask = offs_n < N
     m_mask = offs_m < M
-    scale_row = ws_ptr + ((pid_n * BLOCK_N) // 128) * stride_wsn
-    num_kb = tl.cdiv(K, BLOCK_K)
-
-    if GROUPS_PER_PROGRAM == 1:  # split-K grid: this program owns one group of K blocks
-        kb_begin = pid_g * KB_PER_GROUP
-        kb_end = tl.minimum(kb_begin + KB_PER_GROUP, num_kb)
+    w_rows = grp * N + offs_n
+    scale_row = ws_ptr + ((grp * N + pid_n * BLOCK_N) // 128) * stride_wsn
+    x_base = x_ptr + grp * stride_xg
+    xs_base = xs_ptr + grp * stride_xsg
+    num_kb = tl.cdiv(K, 128)
+    if SPLIT:
+        total = _group_partial(x_base, xs_base, w_ptr, ws_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, scale_row,
+                               split * KB_PER_GROUP, num_kb, K, stride_xm, stride_xsm, stride_wn,
+                               KB_PER_GROUP, BLOCK_M, BLOCK_N, X_MODE, X_PIECES, DOT, W_KIND)
     else:
-        kb_begin = 0
-        kb_end = num_kb
-
-    # One flat loop (so the software pipeline spans every K block); a group closes where
-    # (kb + 1) is a multiple of KB_PER_GROUP or at the last block: total += acc, acc = 0.
-    total = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    for kb in range(kb_begin, kb_end):
-        k = kb * BLOCK_K + offs_k
-        k_mask = k < K
-        w = tl.load(w_ptr + offs_n[:, None] * stride_wn + k[None, :],
-                    mask=n_mask[:, None] & k_mask[None, :], other=0)
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
-                    mask=m_mask[:, None] & k_mask[None, :], other=0)
-        if DOT == 2:
-            # FP8 tensor cores: both operands as e4m3fn, products exact, a fresh accumulator
-            # per 128-K block so the MMA's reduced-precision accumulation never spans blocks
-            blk = tl.dot(w.to(tl.float8e4nv, bitcast=True), tl.trans(x.to(tl.float8e4nv, bitcast=True)))
-        else:
-            if W_LUT:
-                wv = tl.load(lut_ptr + w.to(tl.int32))  # fp32 values, exact for every code
-            else:
-                wv = w.to(tl.float8e4nv, bitcast=True)
-            if X_FP8:
-                x = x.to(tl.float8e4nv, bitcast=True)
-            if DOT == 0:
-                # interpreter: an explicit product-and-sum over the 128 channels, whose order
-                # depends only on K (numpy's matmul blocking would change with the tile shape)
-                blk = tl.sum(wv.to(tl.float32)[:, None, :] * x.to(tl.float32)[None, :, :], axis=2)
-            else:
-                wb = wv.to(tl.bfloat16)  # e4m3 → bf16 is exact
-                if X_PIECES == 2:
-                    xf = x.to(tl.float32)
-                    hi = xf.to(tl.bfloat16)
-                    lo = (xf - hi.to(tl.float32)).to(tl.bfloat16)
-                    blk = tl.dot(wb, tl.trans(hi))
-                    blk = tl.dot(wb, tl.trans(lo), blk)
-                else:
-                    blk = tl.dot(wb, tl.trans(x.to(tl.bfloat16)))
-        if X_FP8:
-            xs = tl.load(xs_ptr + offs_m * stride_xsm + kb, mask=m_mask, other=0.0)
-            blk = blk * xs[None, :]
-        acc += blk * _ue8m0_to_fp32(tl.load(scale_row + kb))
-        if not ONE_GROUP:
-            closes = ((kb + 1) % KB_PER_GROUP == 0) | (kb + 1 == num_kb)
-            total = tl.where(closes, total + acc, total)
-            acc = tl.where(closes, 0.0, acc)
-    if ONE_GROUP:
-        total = acc
-
-    # out is [groups or 1, M, N]; the tile is transposed on the way out
-    out = out_ptr + pid_g * stride_og + offs_m[None, :] * stride_om + offs_n[:, None]
+        total = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        for g in range(NUM_GROUPS):
+            total += _group_partial(x_base, xs_base, w_ptr, ws_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask,
+                                    scale_row, g * KB_PER_GROUP, num_kb, K, stride_xm, stride_xsm, stride_wn,
+                                    KB_PER_GROUP, BLOCK_M, BLOCK_N, X_MODE, X_PIECES, DOT, W_KIND)
+    # out is [S or 1, M, G·N]; the tile is transposed on the way out
+    out = out_ptr + split * stride_os + offs_m[None, :] * stride_om + (grp * N + offs_n)[:, None]
     tl.store(out, total, mask=n_mask[:, None] & m_mask[None, :])
 
 

@@ -1,20 +1,26 @@
-"""Launcher of the block-scaled FP8 linear Triton kernel: validates, picks launch parameters, launches.
+"""Launchers of the block-scaled FP8 linear Triton kernels: validate, pick launch parameters, launch.
 
-Paths (the kernel file says why its arithmetic is ordered the way it is):
-- weight-only: x (fp32/bf16/fp16) times FP8 codes widened in registers to bf16 (exact). bf16 x
-  feeds the bf16 tensor cores as is; fp32/fp16 x is split into hi + lo bf16 pieces (two dots),
-  which keeps ~16 significant bits of x instead of bf16's 8.
-- W8A8 (`quantize_input`): x is quantized per token per 128 channels to e4m3fn codes with
-  power-of-two scales (`quantize_activation_fp8_block`, equal to the faithful fake quantization)
-  and the dot runs on FP8 tensor cores where the device has them (sm_89+), else both sides are
-  widened to bf16 (exact products).
-- FNUZ (e4m3fnuz) weights: the codes are widened through their 256-entry value table (exact,
-  no conversion pass). To use the native e4m3fn conversion and FP8 tensor cores instead, convert
-  once at load with `to_ocp_weight`, which is the formats' lossless OCP<->FNUZ conversion.
+Paths (the kernel files say why the arithmetic is ordered the way it is):
+- weight-only: float x (fp32/bf16/fp16) against FP8 codes widened to fp16 in registers; x is
+  scaled per (row, 128 channels) by a power of two into fp16 range inside the kernel (exact for
+  bf16 x; fp32 x is split hi + lo: two dots, ~22 bits).
+- W8A8 (`quantize_input`): x quantized per token per 128 channels to e4m3fn codes with
+  power-of-two scales (`quantize_activation_fp8_block`, equal to the faithful fake quantization);
+  the dot runs on FP8 tensor cores (sm_89+), else both sides widen to fp16 (exact products).
+- launch shapes (`tile`): "decode" = 16-token tile, BLOCK_N x (KB_PER_GROUP·128) weight slab per
+  program on a fixed split-K grid plus a deterministic second-stage sum; "prefill" = tiled GEMM;
+  "auto" = decode for M <= 16. Same arithmetic in both, so rows are batch-invariant.
+  "gemv" = the CUDA-core FMA GEMV (`_gemv_kernel.py`) for M <= 4: faster at M = 1..4 where the
+  MMA's 16-wide token tile is mostly padding, NOT bit-identical to the MMA path (opt-in).
+- FNUZ (e4m3fnuz) weights: widened through their 256-entry value table (exact). `to_ocp_weight`
+  converts once at load to use the native conversion and FP8 tensor cores instead.
 - Under TRITON_INTERPRET=1 (CPU tests) each block's dot is an fp32 product-and-sum: the
-  interpreter's bf16 dot is wrong (seen with triton 3.9), and numpy's fp32 matmul sums in an
+  interpreter's fp16/bf16 dot is wrong (seen with triton 3.9), and numpy's fp32 matmul sums in an
   order that changes with the tile shape; the product-sum tests the same indexing, masking,
-  scale folding and group order, bit-reproducibly across M.
+  activation scaling, scale folding and group order, bit-reproducibly across M.
+- On a GPU the decode and prefill launch parameters are autotuned over small config lists keyed
+  on (N, K, mode) (and an M bucket for prefill) — never on the exact M. Configs only change tile
+  sizes, warps and stages, not KB_PER_GROUP, so they do not change a row's bits (tested on the GPU).
 """
 
 from __future__ import annotations
@@ -25,23 +31,31 @@ import torch
 import triton
 
 from mxserve.formats import E4M3FN, QuantizedWeight, decode_table, fp8_fnuz_to_ocp
-from mxserve.kernels.linear_fp8_block._linear_fp8_block_kernel import (
-    _linear_fp8_block_kernel,
-    _sum_groups_kernel,
-)
+from mxserve.kernels.linear_fp8_block._gemv_kernel import _gemv_fma_kernel
+from mxserve.kernels.linear_fp8_block._linear_fp8_block_kernel import _blockdot_kernel, _sum_groups_kernel
 from mxserve.kernels.linear_fp8_block.reference import (
     BLOCK_K,
     check_fp8_block_weight,
     quantize_activation_fp8_block,
 )
 
-DECODE_MAX_M = 16  # rows up to which the GEMV tile (16 tokens x BLOCK_N features, split-K grid) runs
-# (BLOCK_N, num_warps, num_stages) of the decode tile; measured choice in docs/benchmarks.md
-DECODE_TILE = (64, 4, 4)
-_FEW_PROGRAMS = 264  # below this many output tiles (2 per H200 SM) the GEMM tile also splits K
+DECODE_MAX_M = 16  # rows up to which the decode launch (16-token tile, split-K grid) runs
+GEMV_MAX_M = 4  # rows the opt-in FMA GEMV takes
+_FEW_PROGRAMS = 264  # below this many output tiles (2 per H200 SM) the GEMM launch also splits K
 _GROUP_TARGET_PROGRAMS = 512  # decode programs the K grouping aims at (~4 per H200 SM)
 _X_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+TILES = ("auto", "decode", "prefill", "gemv")
 _luts: dict[tuple[str, str], torch.Tensor] = {}
+
+# (BLOCK_N, num_warps, num_stages) tried for the decode launch; (BLOCK_N, BLOCK_M, warps, stages)
+# for prefill. BLOCK_N >= 64 with 4 or 8 warps keeps every config on the same (wgmma) instruction.
+DECODE_CONFIGS = [(64, 4, 4), (64, 4, 6), (128, 4, 4), (128, 8, 4), (64, 8, 4), (128, 4, 6)]
+PREFILL_CONFIGS = [(128, 128, 8, 3), (128, 128, 4, 4), (128, 256, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4),
+                   (128, 128, 8, 4)]
+GEMV_CONFIGS = [(64, 4), (128, 4), (32, 4), (64, 8)]  # (BLOCK_N, warps)
+# the interpreter caps tensors at 2^20 elements and has no autotuning: one fixed config per launch
+_INTERP = {"decode": (64, 4, 1), "prefill": (64, 32, 4, 1), "gemv": (64, 4)}
+_FORCED: dict[str, tuple | None] = {"decode": None, "prefill": None, "gemv": None}  # benchmarks' sweeps
 
 
 def interpreting() -> bool:
@@ -65,6 +79,13 @@ def kb_per_group(n: int, k: int) -> int:
     return triton.cdiv(num_kb, groups)
 
 
+def force_config(tile: str, config: tuple | None) -> None:
+    """Pin one launch config (bypassing autotuning) for `tile`; None restores autotuning (benchmarks)."""
+    if tile not in _FORCED:
+        raise ValueError(f"force_config: {tile=} must be one of {sorted(_FORCED)}")
+    _FORCED[tile] = config
+
+
 def to_ocp_weight(weight: QuantizedWeight) -> QuantizedWeight:
     """An e4m3fnuz weight as the equal-valued e4m3fn one (codes kept, scale bytes - 1); raises
     ValueError where no exact conversion exists (FNUZ ±240 codes, scale byte 0). Call at load."""
@@ -83,30 +104,32 @@ def _lut(weight: QuantizedWeight) -> torch.Tensor:
 
 
 def linear_fp8_block_triton(
-    x: torch.Tensor,
-    weight: QuantizedWeight,
-    *,
-    quantize_input: bool = False,
-    tile: str = "auto",
+    x: torch.Tensor, weight: QuantizedWeight, *, quantize_input: bool = False, tile: str = "auto",
     weight_decode: str = "auto",
 ) -> torch.Tensor:
     """x [..., K] · W[N, K]ᵀ → fp32 [..., N] (see `linear_fp8_block_ref` for the contract).
 
-    `tile`: "auto" (GEMV tile for M <= 16, GEMM tile above), "decode" or "prefill" to force one.
-    `weight_decode`: "auto" (native e4m3fn conversion for e4m3fn, value table otherwise) or "lut".
-    """
+    `tile`: see the module docstring. `weight_decode`: "auto" (native e4m3fn conversion for
+    e4m3fn, value table otherwise) or "lut"."""
     weight = check_fp8_block_weight(weight)
     n, k = weight.shape
     if x.dtype not in _X_DTYPES:
         raise ValueError(f"linear_fp8_block: x must be one of {_X_DTYPES}, got {x.dtype=}")
     if x.shape[-1] != k:
         raise ValueError(f"linear_fp8_block: {x.shape=} does not match weight in_features {k} ({weight.shape=})")
-
+    if tile not in TILES:
+        raise ValueError(f"linear_fp8_block: {tile=} must be one of {TILES}")
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     if x2.stride(1) != 1:
-        x2 = x2.contiguous()  # the kernel reads 128 contiguous channels per block
-    if quantize_input and x2.shape[0]:
+        x2 = x2.contiguous()  # the kernels read 128 contiguous channels per block
+    if tile == "gemv":
+        if quantize_input:
+            from mxserve.formats import fake_quant_fp8_pow2
+
+            x2 = fake_quant_fp8_pow2(x2.float(), block=BLOCK_K)  # exact values; products exact in fp32
+        out = launch_gemv_fp8_block(x2, weight, weight_decode=weight_decode)
+    elif quantize_input and x2.shape[0]:
         x_codes, x_scales = quantize_activation_fp8_block(x2)
         out = launch_linear_fp8_block(x_codes, weight, x_scales=x_scales, tile=tile, weight_decode=weight_decode)
     else:
@@ -114,93 +137,191 @@ def linear_fp8_block_triton(
     return out.reshape(*lead, n)
 
 
-def launch_linear_fp8_block(
-    x_op: torch.Tensor,
-    weight: QuantizedWeight,
-    *,
-    x_scales: torch.Tensor | None = None,
-    tile: str = "auto",
-    weight_decode: str = "auto",
-) -> torch.Tensor:
-    """The kernel on a 2-D operand: float x [M, K], or (W8A8) e4m3fn codes x_op uint8 [M, K] with
-    `x_scales` fp32 [M, ceil(K/128)] as `quantize_activation_fp8_block` makes them. → fp32 [M, N].
-    Public so benchmarks can time the GEMM apart from the activation quantization."""
+def grouped_linear_fp8_block_triton(x: torch.Tensor, weight: QuantizedWeight, *, tile: str = "auto") -> torch.Tensor:
+    """Block-diagonal grouped projection (wo_a): x [T, G, K] float, weight [G·R, K] FP8_BLOCK whose
+    rows g·R .. (g+1)·R − 1 form group g → fp32 [T, G, R]. One launch for all groups (grid axis 2);
+    weight-only (the release runs wo_a without activation quantization). R must be a multiple of 128
+    (each group starts on a scale-block row)."""
     weight = check_fp8_block_weight(weight)
-    n, k = weight.shape
-    x_fp8 = x_scales is not None
+    if x.dim() != 3 or x.dtype not in _X_DTYPES:
+        raise ValueError(f"grouped_linear_fp8_block: x must be [T, G, K] in {_X_DTYPES}, got {tuple(x.shape)=} {x.dtype=}")
+    t, groups, k = x.shape
+    rows, wk = weight.shape
+    if wk != k or groups == 0 or rows % groups or (rows // groups) % BLOCK_K:
+        raise ValueError(f"grouped_linear_fp8_block: {tuple(x.shape)=} does not fit weight {(rows, wk)} in {groups} "
+                         f"groups of a multiple of {BLOCK_K} rows")
+    if x.stride(2) != 1:
+        x = x.contiguous()
+    out = launch_linear_fp8_block(x, weight, tile=tile, groups=groups)
+    return out.view(t, groups, rows // groups)
+
+
+def _check_launch(x_op: torch.Tensor, weight: QuantizedWeight, x_scales: torch.Tensor | None, tile: str,
+                  weight_decode: str) -> None:
+    k = weight.shape[1]
     if x_op.device != weight.device:
         raise ValueError(f"linear_fp8_block: {x_op.device=} but {weight.device=}")
     if weight.codes.stride() != (k, 1):
         raise ValueError(f"linear_fp8_block: weight codes must be row-major contiguous, got {weight.codes.stride()=}")
     if weight.scales.stride(-1) != 1:
         raise ValueError(f"linear_fp8_block: scale rows must be contiguous, got {weight.scales.stride()=}")
-    if tile not in ("auto", "decode", "prefill"):
-        raise ValueError(f"linear_fp8_block: {tile=} must be 'auto', 'decode' or 'prefill'")
+    if tile not in TILES:
+        raise ValueError(f"linear_fp8_block: {tile=} must be one of {TILES}")
     if weight_decode not in ("auto", "lut"):
         raise ValueError(f"linear_fp8_block: {weight_decode=} must be 'auto' or 'lut'")
     if x_op.device.type != "cuda" and not interpreting():
         raise ValueError(f"linear_fp8_block triton backend needs a CUDA tensor or TRITON_INTERPRET=1, got {x_op.device=}")
-    if x_op.dim() != 2 or x_op.shape[1] != k or x_op.stride(1) != 1:
-        raise ValueError(f"linear_fp8_block: x must be [M, {k}] with unit channel stride, got {x_op.shape=} {x_op.stride()=}")
-    if x_fp8 and (x_op.dtype != torch.uint8 or x_scales.dtype != torch.float32
-                  or tuple(x_scales.shape) != (x_op.shape[0], triton.cdiv(k, BLOCK_K)) or x_scales.stride(1) != 1):
+    if x_op.shape[-1] != k or x_op.stride(-1) != 1:
+        raise ValueError(f"linear_fp8_block: x must be [..., {k}] with unit channel stride, got {x_op.shape=} "
+                         f"{x_op.stride()=}")
+    if x_scales is not None and (
+        x_op.dtype != torch.uint8 or x_scales.dtype != torch.float32 or x_op.dim() != 2
+        or tuple(x_scales.shape) != (x_op.shape[0], triton.cdiv(k, BLOCK_K)) or x_scales.stride(1) != 1
+    ):
         raise ValueError(
-            f"linear_fp8_block: W8A8 needs uint8 codes and fp32 scales [M, ceil(K/128)] with unit stride, got "
+            f"linear_fp8_block: W8A8 needs uint8 codes [M, K] and fp32 scales [M, ceil(K/128)] with unit stride, got "
             f"{x_op.dtype=} {x_scales.dtype=} {tuple(x_scales.shape)=} {x_scales.stride()=}"
         )
-    if not x_fp8 and x_op.dtype not in _X_DTYPES:
+    if x_scales is None and x_op.dtype not in _X_DTYPES:
         raise ValueError(f"linear_fp8_block: x must be one of {_X_DTYPES}, got {x_op.dtype=}")
+
+
+def launch_linear_fp8_block(
+    x_op: torch.Tensor, weight: QuantizedWeight, *, x_scales: torch.Tensor | None = None, tile: str = "auto",
+    weight_decode: str = "auto", groups: int = 1,
+) -> torch.Tensor:
+    """The tensor-core kernel on float x [M, K] (or [M, G, K] with `groups`), or (W8A8) e4m3fn
+    codes x_op uint8 [M, K] with `x_scales` fp32 [M, ceil(K/128)]. → fp32 [M, N]. Public so
+    benchmarks can time the GEMM apart from the activation quantization."""
+    weight = check_fp8_block_weight(weight)
+    _check_launch(x_op, weight, x_scales, tile, weight_decode)
+    if tile == "gemv":
+        raise ValueError("linear_fp8_block: tile='gemv' runs through launch_gemv_fp8_block")
+    rows, k = weight.shape
+    n = rows // groups  # output features per group
     m = x_op.shape[0]
-    out = torch.empty((m, n), dtype=torch.float32, device=x_op.device)
-    if m == 0 or n == 0:
+    out = torch.empty((m, rows), dtype=torch.float32, device=x_op.device)
+    if m == 0 or rows == 0:
         return out
-    quantize_input = x_fp8
-    if x_scales is None:
-        x_scales = out  # unused (X_FP8 False): any pointer will do
-    x = x_op
 
     # --- launch parameters ---------------------------------------------------------------------
+    x_fp8 = x_scales is not None
     use_lut = weight_decode == "lut" or weight.fmt != E4M3FN
     if interpreting():
-        dot = 0  # fp32 product-sum: the interpreter's bf16 dot is wrong
-    elif quantize_input and not use_lut and has_fp8_tensor_cores(x.device):
+        dot = 0  # fp32 product-sum: the interpreter's fp16/bf16 dot is wrong
+    elif x_fp8 and not use_lut and has_fp8_tensor_cores(x_op.device):
         dot = 2  # e4m3 x e4m3 on FP8 tensor cores
     else:
-        dot = 1  # widen to bf16 (exact for FP8 codes and bf16 x)
-    x_pieces = 1 if (quantize_input or x_op.dtype == torch.bfloat16) else 2
-    is_decode = tile == "decode" or (tile == "auto" and m <= DECODE_MAX_M)
+        dot = 1  # widen to fp16 (exact for FP8 codes and the scaled activations)
+    consts = dict(X_MODE=1 if x_fp8 else 0, X_PIECES=1 if (x_fp8 or x_op.dtype != torch.float32) else 2,
+                  DOT=dot, W_KIND=1 if use_lut else 0)
     group = kb_per_group(n, k)
     num_groups = triton.cdiv(triton.cdiv(k, BLOCK_K), group)
-    if is_decode:
-        block_m = 16
-        block_n, num_warps, num_stages = DECODE_TILE
-    elif interpreting():
-        block_m, block_n, num_warps, num_stages = 32, 64, 4, 1  # the interpreter caps tensors at 2^20
-    else:
-        # a second (group) accumulator on a 128x128 tile spills registers: 64 rows then
-        block_m = 128 if (m > 64 and num_groups == 1) else 64
-        block_n, num_warps, num_stages = 128, 8, (4 if dot == 2 else 3)
-    # spread K over programs (same groups, so the same bits) where the output tiles are too few
-    num_tiles = triton.cdiv(n, block_n) * triton.cdiv(m, block_m)
-    split_grid = num_groups > 1 and (is_decode or num_tiles < _FEW_PROGRAMS)
+    is_decode = tile == "decode" or (tile == "auto" and m <= DECODE_MAX_M)
     # --------------------------------------------------------------------------------------------
 
-    dest = torch.empty((num_groups, m, n), dtype=torch.float32, device=x.device) if split_grid else out
-    grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m), num_groups if split_grid else 1)
+    if x_scales is None:
+        x_scales = out  # unused (X_MODE 0): any pointer will do
+    x3 = x_op if x_op.dim() == 3 else x_op.unsqueeze(1)
+    xs3 = x_scales.unsqueeze(1) if x_scales.dim() == 2 else x_scales
     lut = _lut(weight) if use_lut else weight.scales  # unused pointer when not use_lut
-    _linear_fp8_block_kernel[grid](
-        x_op, x_scales, weight.codes, weight.scales, lut, dest,
-        m, n, k,
-        x_op.stride(0), x_scales.stride(0), weight.codes.stride(0), weight.scales.stride(0),
-        dest.stride(0) if split_grid else 0, n,
-        group,
-        BLOCK_M=block_m, BLOCK_N=block_n, GROUPS_PER_PROGRAM=1 if split_grid else 0, ONE_GROUP=num_groups == 1,
-        X_FP8=quantize_input, X_PIECES=x_pieces, DOT=dot, W_LUT=use_lut,
-        num_warps=num_warps, num_stages=num_stages,
-    )
-    if split_grid:
+    # spread K over programs (same groups, so the same bits) at decode and wherever the output
+    # tiles are too few to fill the GPU (nominal 128x128 tiles; e.g. wq_a at M = 64 has 12)
+    few_tiles = groups * triton.cdiv(n, 128) * triton.cdiv(m, 128) < _FEW_PROGRAMS
+    split = num_groups > 1 and (is_decode or few_tiles)
+    dest = torch.empty((num_groups, m, rows), dtype=torch.float32, device=x_op.device) if split else out
+    args = (x3, xs3, weight.codes, weight.scales, lut, dest, m, n, k,
+            x3.stride(0), x3.stride(1), xs3.stride(0), xs3.stride(1) if groups > 1 else 0, weight.codes.stride(0),
+            weight.scales.stride(0), dest.stride(0) if split else 0, rows, num_groups if split else 1,
+            0 if is_decode else _m_bucket(m))
+    meta = dict(KB_PER_GROUP=group, NUM_GROUPS=num_groups, SPLIT=split, **consts)
+    z = groups * (num_groups if split else 1)
+    if is_decode:
+        cfg = _INTERP["decode"] if interpreting() else _FORCED["decode"]
+        if cfg is None:
+            _decode_tuned()[lambda mt: (triton.cdiv(n, mt["BLOCK_N"]), triton.cdiv(m, 16), z)](*args, BLOCK_M=16, **meta)
+        else:
+            block_n, warps, stages = cfg
+            _blockdot_kernel[(triton.cdiv(n, block_n), triton.cdiv(m, 16), z)](
+                *args, BLOCK_M=16, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **meta)
+    else:
+        cfg = _INTERP["prefill"] if interpreting() else _FORCED["prefill"]
+        if cfg is None:
+            _prefill_tuned()[lambda mt: (triton.cdiv(n, mt["BLOCK_N"]), triton.cdiv(m, mt["BLOCK_M"]), z)](
+                *args, **meta)
+        else:
+            block_n, block_m, warps, stages = cfg
+            _blockdot_kernel[(triton.cdiv(n, block_n), triton.cdiv(m, block_m), z)](
+                *args, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **meta)
+    if split:
         block = 1024
-        _sum_groups_kernel[(triton.cdiv(m * n, block),)](
-            dest, out, m * n, dest.stride(0), NUM_GROUPS=num_groups, BLOCK=block
-        )
+        _sum_groups_kernel[(triton.cdiv(m * rows, block),)](dest, out, m * rows, dest.stride(0), NUM_GROUPS=num_groups,
+                                                            BLOCK=block)
     return out
+
+
+def launch_gemv_fp8_block(x: torch.Tensor, weight: QuantizedWeight, *, weight_decode: str = "auto") -> torch.Tensor:
+    """The CUDA-core FMA GEMV (opt-in, M <= GEMV_MAX_M): float x [M, K] → fp32 [M, N]."""
+    weight = check_fp8_block_weight(weight)
+    _check_launch(x, weight, None, "gemv", weight_decode)
+    n, k = weight.shape
+    m = x.shape[0]
+    if x.dim() != 2 or m > GEMV_MAX_M:
+        raise ValueError(f"linear_fp8_block: the GEMV takes x [M <= {GEMV_MAX_M}, K], got {tuple(x.shape)=}")
+    out = torch.empty((m, n), dtype=torch.float32, device=x.device)
+    if m == 0 or n == 0:
+        return out
+    use_lut = weight_decode == "lut" or weight.fmt != E4M3FN
+    group = kb_per_group(n, k)
+    num_groups = triton.cdiv(triton.cdiv(k, BLOCK_K), group)
+    dest = torch.empty((num_groups, m, n), dtype=torch.float32, device=x.device) if num_groups > 1 else out.unsqueeze(0)
+    lut = _lut(weight) if use_lut else weight.scales
+    block_m = 1 if m == 1 else (2 if m == 2 else 4)
+    cfg = _INTERP["gemv"] if interpreting() else _FORCED["gemv"]
+    args = (x, weight.codes, weight.scales, lut, dest, m, n, k, x.stride(0), weight.codes.stride(0),
+            weight.scales.stride(0), dest.stride(0), n)
+    if cfg is None:
+        _gemv_tuned()[lambda mt: (triton.cdiv(n, mt["BLOCK_N"]), num_groups)](
+            *args, KB_PER_GROUP=group, BLOCK_M=block_m, W_LUT=use_lut)
+    else:
+        block_n, warps = cfg
+        _gemv_fma_kernel[(triton.cdiv(n, block_n), num_groups)](
+            *args, KB_PER_GROUP=group, BLOCK_M=block_m, BLOCK_N=block_n, W_LUT=use_lut, num_warps=warps)
+    if num_groups > 1:
+        block = 1024
+        _sum_groups_kernel[(triton.cdiv(m * n, block),)](dest, out, m * n, dest.stride(0), NUM_GROUPS=num_groups,
+                                                         BLOCK=block)
+    return out
+
+
+# --- autotuned kernels (built on first GPU use; the interpreter never autotunes) ----------------
+_tuned: dict[str, object] = {}
+_MODE_KEYS = ["N", "K", "X_MODE", "X_PIECES", "DOT", "W_KIND", "KB_PER_GROUP", "SPLIT"]
+
+
+def _m_bucket(m: int) -> int:
+    """Prefill autotuning key: the power-of-two bucket of M (<= 64, 128, 256, ... 4096+)."""
+    return min(max(64, 1 << (m - 1).bit_length()), 4096)
+
+
+def _decode_tuned():
+    if "decode" not in _tuned:
+        configs = [triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=s) for bn, w, s in DECODE_CONFIGS]
+        _tuned["decode"] = triton.autotune(configs=configs, key=_MODE_KEYS)(_blockdot_kernel)
+    return _tuned["decode"]
+
+
+def _prefill_tuned():
+    if "prefill" not in _tuned:
+        configs = [triton.Config({"BLOCK_N": bn, "BLOCK_M": bm}, num_warps=w, num_stages=s)
+                   for bn, bm, w, s in PREFILL_CONFIGS]
+        _tuned["prefill"] = triton.autotune(configs=configs, key=[*_MODE_KEYS, "M_BUCKET"])(_blockdot_kernel)
+    return _tuned["prefill"]
+
+
+def _gemv_tuned():
+    if "gemv" not in _tuned:
+        configs = [triton.Config({"BLOCK_N": bn}, num_warps=w) for bn, w in GEMV_CONFIGS]
+        _tuned["gemv"] = triton.autotune(configs=configs, key=["N", "K", "BLOCK_M", "W_LUT", "KB_PER_GROUP"])(
+            _gemv_fma_kernel)
+    return _tuned["gemv"]
