@@ -1,0 +1,152 @@
+"""Private Triton kernels of the fused norm/RoPE/insert ops; launched only through `triton_ops.py`.
+
+Vectors are held as [pairs, 2] tiles (column = 2*pair + j), so the interleaved RoPE pairs
+(2i, 2i+1) of spec §2 sit in one row and rotate without any register shuffle.
+
+Numerics mirror the torch twins step by step so the results are bit-identical to them in
+practice: mean of squares in fp64 (as `mxserve.model.norms`), multiplies in fp32 in the same
+order, casts to the stream dtype at the same points, RoPE angle as an fp32 product with cos/sin
+taken in fp64 and rounded once (as `mxserve.model.rope`), compressor pooling softmax in fp64
+rounded once to fp32 (as `compress_pool_ref`). Launchers pass enable_fp_fusion=False so the GPU
+does not contract a*b - c*d into an FMA the twin does not do.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from mxserve.kernels.attention_ops._cache_jit import entry_offsets, round_bf16, store_entry
+
+
+@triton.jit
+def _rms_scale(x, HEAD_DIM: tl.constexpr, eps):
+    """rsqrt(mean(x²) + eps) with the mean in fp64, rounded once to fp32 (x: masked zeros)."""
+    x64 = x.to(tl.float64)
+    ms = tl.sum(tl.sum(x64 * x64, axis=1), axis=0) / HEAD_DIM
+    return (1.0 / tl.sqrt(ms + eps)).to(tl.float32)
+
+
+@triton.jit
+def _round_to(x, OUT_BF16: tl.constexpr):
+    if OUT_BF16:
+        return round_bf16(x)
+    return x
+
+
+@triton.jit
+def _rope_pairs(x, pos, inv_freq_ptr, ROPE_START: tl.constexpr, ROPE_PAIRS: tl.constexpr,
+                BLOCK_P: tl.constexpr, INVERSE: tl.constexpr):
+    """Rotate pairs ROPE_START .. ROPE_START+ROPE_PAIRS-1 of x [BLOCK_P, 2] by ±pos*f_i (fp32)."""
+    pair = tl.arange(0, BLOCK_P)
+    j = tl.arange(0, 2)
+    i = pair - ROPE_START
+    is_rope = (i >= 0) & (i < ROPE_PAIRS)
+    f = tl.load(inv_freq_ptr + tl.where(is_rope, i, 0), mask=is_rope, other=0.0)
+    ang = pos.to(tl.float32) * f
+    c = tl.cos(ang.to(tl.float64)).to(tl.float32)
+    s = tl.sin(ang.to(tl.float64)).to(tl.float32)
+    if INVERSE:
+        s = -s
+    ev = tl.sum(tl.where(j[None, :] == 0, x, 0.0), axis=1)
+    od = tl.sum(tl.where(j[None, :] == 1, x, 0.0), axis=1)
+    new_e = ev * c - od * s
+    new_o = ev * s + od * c
+    rot = tl.where(j[None, :] == 0, new_e[:, None], new_o[:, None])
+    return tl.where(is_rope[:, None], rot, x)
+
+
+@triton.jit
+def _head_norm_rope_kernel(
+    x_ptr, out_ptr, pos_ptr, inv_freq_ptr, H, stride_xt, stride_xh, stride_ot, stride_oh, eps,
+    HEAD_DIM: tl.constexpr, BLOCK_P: tl.constexpr, ROPE_PAIRS: tl.constexpr,
+    DO_NORM: tl.constexpr, INVERSE: tl.constexpr, OUT_BF16: tl.constexpr,
+):
+    """out[t, h] = rope(unweighted_rms(x[t, h])) (or just rope / inverse rope), one row per program."""
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    cols = 2 * tl.arange(0, BLOCK_P)[:, None] + tl.arange(0, 2)[None, :]
+    cm = cols < HEAD_DIM
+    x = tl.load(x_ptr + t * stride_xt + h * stride_xh + cols, mask=cm, other=0.0).to(tl.float32)
+    if DO_NORM:
+        x = _round_to(x * _rms_scale(x, HEAD_DIM, eps), OUT_BF16)
+    pos = tl.load(pos_ptr + t)
+    y = _round_to(_rope_pairs(x, pos, inv_freq_ptr, HEAD_DIM // 2 - ROPE_PAIRS, ROPE_PAIRS, BLOCK_P, INVERSE),
+                  OUT_BF16)
+    tl.store(out_ptr + t * stride_ot + h * stride_oh + cols, y.to(out_ptr.dtype.element_ty), mask=cm)
+
+
+@triton.jit
+def _norm_rope_store(x, w_ptr, pos, inv_freq_ptr, buf, slot, block_size, stride, eps,
+                     HEAD_DIM: tl.constexpr, BLOCK_P: tl.constexpr, ROPE_PAIRS: tl.constexpr,
+                     OUT_BF16: tl.constexpr, MODE: tl.constexpr, DATA_BYTES: tl.constexpr,
+                     SCALE_BYTES: tl.constexpr):
+    """rms_norm(x; w) in the stream dtype, RoPE at `pos`, encode, store at `slot` (if >= 0)."""
+    cols = 2 * tl.arange(0, BLOCK_P)[:, None] + tl.arange(0, 2)[None, :]
+    cm = cols < HEAD_DIM
+    w = tl.load(w_ptr + cols, mask=cm, other=0.0).to(tl.float32)
+    y = _round_to((x * _rms_scale(x, HEAD_DIM, eps)) * w, OUT_BF16)
+    y = _round_to(_rope_pairs(y, pos, inv_freq_ptr, HEAD_DIM // 2 - ROPE_PAIRS, ROPE_PAIRS, BLOCK_P, False),
+                  OUT_BF16)
+    data_off, scale_off = entry_offsets(slot, block_size, stride, DATA_BYTES, SCALE_BYTES)
+    store_entry(buf, data_off, scale_off, tl.reshape(y, (2 * BLOCK_P,)), tl.reshape(cols, (2 * BLOCK_P,)),
+                slot >= 0, MODE, HEAD_DIM, 2 * BLOCK_P)
+
+
+@triton.jit
+def _kv_insert_kernel(
+    x_ptr, w_ptr, pos_ptr, slot_ptr, inv_freq_ptr, buf, block_size, stride, stride_xt, eps,
+    HEAD_DIM: tl.constexpr, BLOCK_P: tl.constexpr, ROPE_PAIRS: tl.constexpr, OUT_BF16: tl.constexpr,
+    MODE: tl.constexpr, DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr,
+):
+    """Window KV of token t: kv_norm + RoPE + encode + insert at slot[t] (-1: nothing written)."""
+    t = tl.program_id(0)
+    cols = 2 * tl.arange(0, BLOCK_P)[:, None] + tl.arange(0, 2)[None, :]
+    x = tl.load(x_ptr + t * stride_xt + cols, mask=cols < HEAD_DIM, other=0.0).to(tl.float32)
+    _norm_rope_store(x, w_ptr, tl.load(pos_ptr + t), inv_freq_ptr, buf, tl.load(slot_ptr + t), block_size, stride,
+                     eps, HEAD_DIM, BLOCK_P, ROPE_PAIRS, OUT_BF16, MODE, DATA_BYTES, SCALE_BYTES)
+
+
+@triton.jit
+def _compressor_emit_kernel(
+    state_ptr, row_slots_ptr, entry_slot_ptr, entry_pos_ptr, w_ptr, inv_freq_ptr, buf,
+    state_block_size, state_row_stride_words, state_page_words, block_size, stride, eps,
+    R: tl.constexpr, M: tl.constexpr, OVERLAP: tl.constexpr, WIDTH: tl.constexpr, BLOCK_R: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_P: tl.constexpr, ROPE_PAIRS: tl.constexpr, ROUND_POOLED_BF16: tl.constexpr,
+    OUT_BF16: tl.constexpr, MODE: tl.constexpr, DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr,
+):
+    """Emit the entry completed by token t (entry_slot[t] >= 0), else do nothing.
+
+    State rows are fp32 `[a (WIDTH) | z + ape (WIDTH)]` read as words: row(slot) starts at
+    block * page_words + pos * row_words. Overlap (CSA): rows r < M use the A half (channels
+    0..d-1) of the previous window, rows r >= M the B half (d..2d-1) of the current one.
+    """
+    t = tl.program_id(0)
+    slot = tl.load(entry_slot_ptr + t)
+    if slot >= 0:
+        rr = tl.arange(0, BLOCK_R)
+        rs = tl.load(row_slots_ptr + t * R + rr, mask=rr < R, other=-1).to(tl.int64)
+        present = rs >= 0
+        sb = tl.maximum(rs, 0) // state_block_size
+        row_base = sb * state_page_words + (tl.maximum(rs, 0) - sb * state_block_size) * state_row_stride_words
+        cols = 2 * tl.arange(0, BLOCK_P)[:, None] + tl.arange(0, 2)[None, :]  # [P, 2]
+        cm = cols < HEAD_DIM
+        if OVERLAP:
+            half = tl.where(rr >= M, HEAD_DIM, 0)
+        else:
+            half = rr * 0
+        # [BLOCK_R, P, 2] value and logit tiles, fp64 math (softmax per channel over the rows)
+        off = row_base[:, None, None] + half[:, None, None] + cols[None, :, :]
+        lm = present[:, None, None] & cm[None, :, :]
+        a = tl.load(state_ptr + off, mask=lm, other=0.0).to(tl.float64)
+        z = tl.load(state_ptr + off + WIDTH, mask=lm, other=float("-inf")).to(tl.float64)
+        zmax = tl.max(z, axis=0)
+        e = tl.exp(z - zmax[None, :, :])
+        weights = e / tl.sum(e, axis=0)[None, :, :]  # softmax first, then the weighted sum (as the twin)
+        pooled = tl.sum(weights * a, axis=0).to(tl.float32)
+        pooled = tl.where(cm, pooled, 0.0)
+        if ROUND_POOLED_BF16:
+            pooled = round_bf16(pooled)
+        x = _round_to(pooled, OUT_BF16)
+        _norm_rope_store(x, w_ptr, tl.load(entry_pos_ptr + t), inv_freq_ptr, buf, slot, block_size, stride, eps,
+                         HEAD_DIM, BLOCK_P, ROPE_PAIRS, OUT_BF16, MODE, DATA_BYTES, SCALE_BYTES)
