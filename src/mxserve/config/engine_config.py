@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from mxserve.config.speculative_config import SpeculativeConfig
+
 NUMERICS = ("faithful", "exact")
 KV_CACHE_DTYPES = ("fp8_ds_mla", "bf16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
@@ -44,6 +46,9 @@ class EngineConfig:
     kernel_overrides: dict[str, str] = field(default_factory=dict)  # op name → backend ("reference", ...)
     seed: int = 0  # seeds requests that bring none (per-request seeds are drawn from it)
     cpu_threads: int | None = None  # torch intra-op threads on the CPU; None = auto (1 for small models)
+    # DSpark speculative decoding (docs/speculative.md): a SpeculativeConfig, its dict or JSON
+    # string (`{"method": "dspark", "num_speculative_tokens": 7}`); None = off. Parsed once below.
+    speculative_config: SpeculativeConfig | dict | str | None = None
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ValueError:
@@ -73,6 +78,7 @@ class EngineConfig:
             not isinstance(self.cpu_threads, int) or isinstance(self.cpu_threads, bool) or self.cpu_threads <= 0
         ):
             raise bad("cpu_threads", "must be a positive integer (or None for auto)")
+        object.__setattr__(self, "speculative_config", SpeculativeConfig.parse(self.speculative_config))
         for op, backend in self.kernel_overrides.items():
             if op not in KERNEL_BACKENDS:
                 raise ValueError(f"EngineConfig.kernel_overrides: unknown op {op!r}; known ops: {sorted(KERNEL_BACKENDS)}")

@@ -18,10 +18,15 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 2048  # token budget of one step, decodes and prefill chunks together
     long_prefill_token_threshold: int = 1024  # most tokens one request may take in a step (prefill cap)
     max_num_seqs: int = 256  # most requests running (holding cache pages) at once
+    # Speculative decoding: draft tokens a decoding request verifies per step (K; 0 = off). Its
+    # decode chunk then reserves 1 + K positions of budget and pages (docs/speculative.md).
+    num_speculative_tokens: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            minimum = 0 if f.name == "num_speculative_tokens" else 1
             # bool is an int subclass; True as a token budget is a bug, not a budget of 1.
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"SchedulerConfig.{f.name} must be a positive int, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                kind = "a positive int" if minimum else "an int >= 0"
+                raise ValueError(f"SchedulerConfig.{f.name} must be {kind}, got {value!r}")

@@ -37,11 +37,13 @@ class CachePlan:
 
 def plan_cache(
     config: ModelConfig, policy: NumericPolicy, *, budget_bytes: int, block_size: int, max_num_seqs: int,
-    max_model_len: int,
+    max_model_len: int, extra_window_layers: int = 0,
 ) -> CachePlan:
     """Pages per pool for `budget_bytes`; capacity is capped at max_num_seqs × max_model_len (no use
-    for more). ValueError when the budget cannot hold one max_model_len sequence."""
-    page_bytes = page_bytes_per_pool(config, policy, block_size)
+    for more). ValueError when the budget cannot hold one max_model_len sequence.
+    `extra_window_layers`: further caches addressed through the window pool's tables (the DSpark
+    stage windows with speculative decoding), charged to the window pool's page bytes."""
+    page_bytes = page_bytes_per_pool(config, policy, block_size, extra_window_layers=extra_window_layers)
     specs_unit = deepseek_v4_pool_specs(num_blocks=1, block_size=block_size,
                                         compress_rate_csa=config.compress_rate_csa,
                                         compress_rate_hca=config.compress_rate_hca)

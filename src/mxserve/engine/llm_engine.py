@@ -22,6 +22,7 @@ import torch
 from mxserve.config import ConfigError
 from mxserve.config.engine_config import EngineConfig
 from mxserve.config.scheduler_config import SchedulerConfig
+from mxserve.config.speculative_config import SpeculativeConfig
 from mxserve.engine.block_manager import BlockManager
 from mxserve.engine.cache_sizing import CachePlan, plan_cache
 from mxserve.engine.detokenizer import IncrementalDetokenizer
@@ -30,10 +31,12 @@ from mxserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutp
 from mxserve.engine.request import FinishReason, Request
 from mxserve.engine.sampling_params import SamplingParams, request_seeds
 from mxserve.engine.scheduler import Scheduler
+from mxserve.engine.speculative import SpecDecodeStats, SpeculativeModelRunner
 from mxserve.engine.tokenizer import Tokenizer
 from mxserve.kernels.chooser import LinearSpec, Platform, choose_linear, parse_overrides_env
 from mxserve.model.checkpoint import CheckpointReader
 from mxserve.model.deepseek_v4 import DeepseekV4Model
+from mxserve.model.dspark import DraftWindows, DSparkDraft
 from mxserve.model.kv_state import ModelCacheState
 
 logger = logging.getLogger("mxserve.engine")
@@ -112,23 +115,43 @@ class LLMEngine:
                                      resident_weights=linear_backend == "reference-resident")
         max_model_len = min(config.max_model_len, self.model_config.max_position_embeddings)
         self.max_model_len = max_model_len
+        self.num_speculative_tokens = speculative_k(config.speculative_config, self.model_config)
         self.cache_plan: CachePlan = plan_cache(
             self.model_config, self.model.policy, budget_bytes=self._cache_budget(), block_size=config.block_size,
             max_num_seqs=config.max_num_seqs, max_model_len=max_model_len,
+            extra_window_layers=self.model_config.dspark.num_stages if self.num_speculative_tokens else 0,
         )
         cache_state = ModelCacheState(self.model_config, self.model.policy, num_blocks=self.cache_plan.num_blocks,
                                       block_size=config.block_size, manage_tables=False, device=self.device)
         self.scheduler = Scheduler(
             SchedulerConfig(max_model_len=max_model_len, max_num_batched_tokens=config.max_num_batched_tokens,
                             long_prefill_token_threshold=config.long_prefill_token_threshold,
-                            max_num_seqs=config.max_num_seqs),
+                            max_num_seqs=config.max_num_seqs, num_speculative_tokens=self.num_speculative_tokens),
             BlockManager(self.cache_plan.pool_specs),
         )
-        self.runner = ModelRunner(self.model, cache_state, self.device)
+        self.runner = self._build_runner(weights, cache_state, linear_backend == "reference-resident")
         self._requests: dict[str, _Tracked] = {}
         self._sample_owner: dict[str, str] = {}  # scheduler request id → user request id
         self._seed_rng = random.Random(config.seed)
         logger.info("%s (%s numerics, device %s)", self.cache_plan.startup_line(), config.numerics, self.device)
+
+    def _build_runner(self, weights, cache_state: ModelCacheState, resident: bool) -> ModelRunner:
+        """The plain runner, or the speculative one with the DSpark draft and its stage windows."""
+        spec = self.config.speculative_config
+        if not self.num_speculative_tokens:
+            return ModelRunner(self.model, cache_state, self.device)
+        draft = DSparkDraft.for_target(self.model, weights, resident_weights=resident)
+        windows = DraftWindows(self.model_config, self.model.policy, num_blocks=self.cache_plan.num_blocks["window"],
+                               block_size=self.config.block_size, device=self.device)
+        logger.info("speculative decoding: %s, K=%d, %s drafts, %s verification", spec.method,
+                    self.num_speculative_tokens, spec.draft_sample_method, spec.rejection_sample_method)
+        return SpeculativeModelRunner(self.model, cache_state, self.device, draft=draft, windows=windows, config=spec,
+                                      block_width=self.num_speculative_tokens)
+
+    @property
+    def spec_decode_stats(self) -> SpecDecodeStats | None:
+        """Draft tokens proposed/accepted and mean acceptance length; None without speculation."""
+        return self.runner.stats if isinstance(self.runner, SpeculativeModelRunner) else None
 
     def _choose_linear_backend(self, weights) -> str:
         """Forced by kernel_overrides, else resident decoded weights for small models on the CPU."""
@@ -288,23 +311,31 @@ class LLMEngine:
             tracked = self._requests[owner]
             sample = tracked.samples[update.request_id]
             out = sample.output
-            out.token_ids.extend(update.new_token_ids)
-            if tracked.metrics.first_token_time_s is None:
-                tracked.metrics.first_token_time_s = now
-            tracked.metrics.token_times_s.append(now)
-            record = result.sampled_logprobs.get(update.request_id)
-            if record is not None and out.logprobs is not None:
-                out.logprobs.append(_to_token_logprobs(record))
-                out.cumulative_logprob = (out.cumulative_logprob or 0.0) + record.logprob
+            new_ids = update.new_token_ids  # one token, or several with speculative decoding
             finish = update.finish_reason
             if sample.detokenizer is not None:
-                delta = sample.detokenizer.add_tokens(update.new_token_ids)
-                out.text += delta.text
-                if delta.stop is not None and finish is None:
+                # token by token, so a stop string inside a multi-token update drops the tokens after it
+                stop = None
+                for count, token_id in enumerate(update.new_token_ids, 1):
+                    delta = sample.detokenizer.add_tokens((token_id,))
+                    out.text += delta.text
+                    if delta.stop is not None:
+                        stop, new_ids = delta.stop, update.new_token_ids[:count]
+                        break
+                if stop is not None and finish is None:
                     self.scheduler.finish_request(update.request_id, FinishReason.STOP)
-                    finish, out.stop_reason = FinishReason.STOP, delta.stop
-                if finish is not None and delta.stop is None:
+                    finish, out.stop_reason = FinishReason.STOP, stop
+                if finish is not None and stop is None:
                     out.text += sample.detokenizer.finish().text
+            out.token_ids.extend(new_ids)
+            if tracked.metrics.first_token_time_s is None:
+                tracked.metrics.first_token_time_s = now
+            tracked.metrics.token_times_s.extend([now] * len(new_ids))
+            records = result.sampled_logprobs.get(update.request_id)
+            if records is not None and out.logprobs is not None:
+                for record in (records if isinstance(records, list) else [records])[: len(new_ids)]:
+                    out.logprobs.append(_to_token_logprobs(record))
+                    out.cumulative_logprob = (out.cumulative_logprob or 0.0) + record.logprob
             if finish is not None:
                 out.finish_reason = finish.value
                 if finish is FinishReason.STOP and out.stop_reason is None and update.new_token_ids:
@@ -326,6 +357,18 @@ class LLMEngine:
         if sampling.wants_prompt_logprobs and len(tracked.prompt_logprobs) >= len(tracked.prompt_token_ids):
             return RequestSampling(sampling.params, sampling.seed, sampling.prompt_token_ids, False)
         return sampling
+
+
+def speculative_k(spec: SpeculativeConfig | None, model_config) -> int:
+    """K drafts per step for this checkpoint (0 = off); ConfigError when the checkpoint has no draft."""
+    if spec is None:
+        return 0
+    if model_config.dspark is None:
+        raise ConfigError(
+            f"speculative_config method={spec.method!r} needs a DeepSeek-V4-Flash-0731-layout checkpoint with a "
+            "DSpark draft (dspark_* keys in config.json, mtp.{0,1,2}.* tensors); this checkpoint has none"
+        )
+    return spec.resolve_k(model_config.dspark.block_size)
 
 
 def _to_token_logprobs(record) -> TokenLogprobs:

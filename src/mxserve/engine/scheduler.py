@@ -18,7 +18,10 @@ are fed again as a prefill and it samples its next token from there, so with a d
 model its final tokens are the ones it would have produced without preemption.
 
 `schedule()` commits the chunk: it grows the block tables and advances `num_computed_tokens`.
-`update_from_output()` then appends the sampled tokens and decides stops (max_tokens, the model's
+With speculative decoding (`num_speculative_tokens` K > 0) a decoding request's chunk also
+reserves K draft positions (budget and pages); `update_from_output()` then advances
+`num_computed_tokens` by the drafts that were accepted. `update_from_output()` appends the
+sampled tokens and decides stops (max_tokens, the model's
 max length, EOS unless ignore_eos, stop token ids). Stop strings need text, so the engine's
 detokenizer calls `finish_request(id, FinishReason.STOP)`.
 """
@@ -134,15 +137,17 @@ class Scheduler:
             if num_new == 0:  # its sampled token has not come back yet
                 index += 1
                 continue
-            while not self.block_manager.allocate(request, num_new):
+            num_drafts = self._num_draft_tokens(request, budget)
+            while not self.block_manager.allocate(request, num_new + num_drafts):
                 victim = self._running.pop()  # most recently admitted; never one scheduled this step
                 self._preempt(victim)
                 preempted_ids.append(victim.request_id)
                 if victim is request:
                     break
             else:
-                chunks.append(self._commit_chunk(request, num_new, is_new=False, is_resumed=False))
-                budget -= num_new
+                chunks.append(self._commit_chunk(request, num_new, is_new=False, is_resumed=False,
+                                                 num_draft_tokens=num_drafts))
+                budget -= num_new + num_drafts
                 index += 1
 
         while not preempted_ids and self._waiting and budget > 0 and len(self._running) < self.config.max_num_seqs:
@@ -183,8 +188,10 @@ class Scheduler:
             if request is None:
                 continue
             num_sampled = len(sampled.get(chunk.request_id, ()))
-            expected = 1 if chunk.samples_next_token else 0
-            if num_sampled != expected:
+            most = 1 + chunk.num_draft_tokens if chunk.samples_next_token else 0
+            least = 1 if chunk.samples_next_token else 0
+            if not least <= num_sampled <= most:
+                expected = str(least) if least == most else f"{least}..{most}"
                 raise ValueError(
                     f"request {chunk.request_id!r}: runner sampled {num_sampled} tokens, expected {expected} "
                     f"(chunk [{chunk.start_pos}, {chunk.end_pos}), samples_next_token={chunk.samples_next_token})"
@@ -201,19 +208,39 @@ class Scheduler:
             request = self._requests.get(chunk.request_id)
             if request is None or not chunk.samples_next_token:
                 continue
-            (token_id,) = sampled[chunk.request_id]
-            request.output_token_ids.append(token_id)
-            reason = self._stop_reason(request, token_id)
+            tokens = sampled[chunk.request_id]
+            appended: list[int] = []
+            reason = None
+            for token_id in tokens:  # several with speculative decoding; a stop truncates the rest
+                request.output_token_ids.append(token_id)
+                appended.append(token_id)
+                reason = self._stop_reason(request, token_id)
+                if reason is not None:
+                    break
             if reason is not None:
                 self._finish(request, reason)
-            updates.append(RequestUpdate(request.request_id, (token_id,), reason))
+            else:
+                # accepted drafts: their positions were computed in this step's verify chunk
+                request.num_computed_tokens += len(tokens) - 1
+            updates.append(RequestUpdate(request.request_id, tuple(appended), reason))
         return updates
 
     # ------------------------------------------------------------------ internals
     def _chunk_size(self, request: Request, budget: int) -> int:
         return min(request.num_uncomputed_tokens, self.config.long_prefill_token_threshold, budget)
 
-    def _commit_chunk(self, request: Request, num_new: int, *, is_new: bool, is_resumed: bool) -> ScheduledChunk:
+    def _num_draft_tokens(self, request: Request, budget: int) -> int:
+        """Draft slots for a decoding request (speculative decoding): K, fewer where the step's
+        budget, max_tokens (the bonus token always comes) or max_model_len leave no room."""
+        k = self.config.num_speculative_tokens
+        if k == 0 or request.num_uncomputed_tokens != 1 or request.num_output_tokens == 0:
+            return 0  # off, or a prefill chunk
+        room = min(budget - 1, request.stop.max_tokens - request.num_output_tokens - 1,
+                   self.config.max_model_len - request.num_tokens - 1)
+        return max(0, min(k, room))
+
+    def _commit_chunk(self, request: Request, num_new: int, *, is_new: bool, is_resumed: bool,
+                      num_draft_tokens: int = 0) -> ScheduledChunk:
         """Build the request's chunk (its pages are already allocated) and mark it computed."""
         start = request.num_computed_tokens
         end = start + num_new
@@ -226,6 +253,7 @@ class Scheduler:
             is_new=is_new,
             is_resumed=is_resumed,
             samples_next_token=end == request.num_tokens,
+            num_draft_tokens=num_draft_tokens,
         )
         request.num_computed_tokens = end
         return chunk

@@ -31,6 +31,10 @@ class ScheduledChunk:
     is_new: bool  # first chunk since admission or resume (start_pos == 0): the runner starts fresh state
     is_resumed: bool  # is_new after a preemption: its outputs so far are recomputed with the prompt
     samples_next_token: bool  # chunk ends at the last known token: the runner samples exactly one token
+    # Speculative decoding (docs/speculative.md): positions [end_pos, end_pos + num_draft_tokens)
+    # are reserved (pages and budget) for draft tokens the runner proposes and verifies in this
+    # step; it then returns 1 .. 1 + num_draft_tokens tokens. 0 = a plain chunk.
+    num_draft_tokens: int = 0
 
     @property
     def end_pos(self) -> int:
@@ -68,9 +72,9 @@ class SchedulerOutput:
 class RunnerOutput:
     """What the model runner hands back to the scheduler after a step."""
 
-    # Request id → tokens sampled this step: one for each chunk with samples_next_token, none
-    # (or absent) for a chunk that stopped short of the prompt's end. A tuple so speculative
-    # decoding can later return several accepted tokens.
+    # Request id → tokens sampled this step: one for each chunk with samples_next_token (with
+    # speculative decoding: the accepted drafts plus one, 1 .. 1 + num_draft_tokens), none (or
+    # absent) for a chunk that stopped short of the prompt's end.
     sampled_token_ids: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

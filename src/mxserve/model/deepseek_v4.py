@@ -4,13 +4,14 @@
 linears kept packed) to the math; `forward(batch, cache_state)` runs one step — a prefill, a
 prefill chunk or a decode, for any number of sequences at once — writing every layer's caches
 and returning fp32 logits for the requested rows. MTP/DSpark weights may be present in the
-mapping; they are not used here.
+mapping; they are not used here (`mxserve.model.dspark` runs the 0731 draft, fed by
+`forward_with_aux`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -124,14 +125,30 @@ class DeepseekV4Model:
     @torch.no_grad()
     def forward(self, batch: ForwardBatch, state: ModelCacheState) -> torch.Tensor:
         """One step over `batch`; returns fp32 logits [L, vocab] for batch.logits_rows (or every row)."""
+        return self._forward(batch, state, ())[0]
+
+    @torch.no_grad()
+    def forward_with_aux(
+        self, batch: ForwardBatch, state: ModelCacheState, aux_layer_ids: Sequence[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward`, plus the DSpark draft's input (dsv4-0731 §3.2 step 1): for every token row
+        of the batch (not only the logits rows), the mean over the hc streams of the residual
+        AFTER each layer in `aux_layer_ids`, concatenated in that order → [T, len(ids)·D] in the
+        stream dtype. The logits are bit-identical to `forward`'s."""
+        return self._forward(batch, state, tuple(aux_layer_ids))
+
+    def _forward(
+        self, batch: ForwardBatch, state: ModelCacheState, aux_layer_ids: tuple[int, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         cfg, sd = self.config, self.policy.stream_dtype
         if batch.num_tokens == 0:
-            return torch.zeros(0, cfg.vocab_size)
+            return torch.zeros(0, cfg.vocab_size), torch.zeros(0, len(aux_layer_ids) * cfg.hidden_size, dtype=sd)
         if int(batch.token_ids.max()) >= cfg.vocab_size or int(batch.token_ids.min()) < 0:
             raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); got {batch.token_ids.min()}..{batch.token_ids.max()}")
         hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
         streams = self.embed[batch.token_ids].to(sd)[:, None, :].expand(-1, cfg.hc_mult, -1).contiguous()
         observer = self.observer
+        captured: dict[int, torch.Tensor] = {}
         for hc_attn, attn_norm, attention, hc_ffn, ffn_norm, moe, ctx in self.layers:
             block_in, post, comb = hc_pre(streams, hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
             out = attention_forward(rms_norm(block_in, attn_norm, cfg.rms_norm_eps), batch, attention, ctx,
@@ -145,7 +162,11 @@ class DeepseekV4Model:
             streams = hc_post(out, streams, post, comb)
             if observer is not None:
                 observer.on_layer_output(ctx.layer_id, batch, streams)
+            if ctx.layer_id in aux_layer_ids:
+                # hc-mean in fp64 (order-free, batch invariant), rounded once to the stream dtype
+                captured[ctx.layer_id] = streams.double().mean(dim=1).to(sd)
+        aux = torch.cat([captured[i] for i in aux_layer_ids], dim=-1) if aux_layer_ids else streams.new_zeros(0)
         if batch.logits_rows is not None:
             streams = streams[batch.logits_rows]
         hidden = rms_norm(hc_head(streams, *self.hc_head_weights, **hc_args), self.final_norm, cfg.rms_norm_eps)
-        return self.kernels.linear(hidden, self.head)
+        return self.kernels.linear(hidden, self.head), aux

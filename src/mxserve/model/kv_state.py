@@ -191,14 +191,16 @@ def indexer_cache_mode(config: ModelConfig, policy: NumericPolicy) -> str:
     return "fp8" if policy.indexer_cache_fp8 and config.index_head_dim == 128 else "fp32"
 
 
-def page_bytes_per_pool(config: ModelConfig, policy: NumericPolicy, block_size: int) -> dict[str, int]:
-    """Bytes one page of each pool costs, summed over every layer that has the pool (no allocation)."""
+def page_bytes_per_pool(config: ModelConfig, policy: NumericPolicy, block_size: int, *,
+                        extra_window_layers: int = 0) -> dict[str, int]:
+    """Bytes one page of each pool costs, summed over every layer that has the pool (no allocation).
+    `extra_window_layers`: further KV caches that share the window pool's tables (DSpark stage windows)."""
     kv_stride = default_kv_block_stride_bytes(policy.kv_cache_dtype.value, block_size, config.head_dim)
     indexer_entry = 132 if indexer_cache_mode(config, policy) == "fp8" else 4 * config.index_head_dim
     kinds = config.layer_kinds
     n_csa, n_hca = kinds.count(AttentionKind.CSA), kinds.count(AttentionKind.HCA)
     return {
-        Pool.WINDOW.value: len(kinds) * kv_stride,
+        Pool.WINDOW.value: (len(kinds) + extra_window_layers) * kv_stride,
         Pool.CSA.value: n_csa * kv_stride,
         Pool.HCA.value: n_hca * kv_stride,
         Pool.INDEXER.value: n_csa * block_size * indexer_entry,

@@ -1,0 +1,226 @@
+"""SpeculativeModelRunner: one scheduled step with DSpark drafts, one target forward, verification.
+
+Per step (docs/speculative.md):
+1. Drafts. For every decoding chunk with `num_draft_tokens` k > 0, the drafter proposes k tokens
+   after the chunk's anchor (its one token, the last sampled one at position q): the DSpark block
+   at static width K over the stage windows (context up to q − 1), the Markov loop, greedy or
+   probabilistic picks; only the first k are used, so the drafts never depend on the cap.
+2. Snapshot: the target cache slots positions q + 1 … q + k may write (`CacheSnapshot`).
+3. One target forward over every chunk, verify chunks extended to [anchor, d_0 … d_{k−1}] with
+   logits for all k + 1 rows, capturing the hc-mean hiddens DSpark reads (`forward_with_aux`).
+4. Verification per request: greedy requests accept while draft == argmax (bit-identical to
+   plain decoding); sampled requests use standard rejection or block verification on the
+   sampler's processed distributions (lossless either way). Plain chunks sample as usual.
+5. Rollback: restore the slots written by rejected positions.
+6. Commit: write each stage's context KV for the positions committed this step (whole prefill
+   chunks; the anchor and accepted drafts of a verify chunk).
+
+Draws are keyed by (request seed, anchor position, purpose, index): replayable, independent of the
+batch, and never reused across steps (block verification consults every acceptance draw, so a
+draw reused at a later step would be biased).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from mxserve.config.speculative_config import SpeculativeConfig
+from mxserve.engine.logprobs import compute_logprobs, gather_logprobs
+from mxserve.engine.model_runner import ModelRunner, RequestSampling, StepResult
+from mxserve.engine.sampling_params import mix_seed
+from mxserve.engine.scheduler_output import RunnerOutput, ScheduledChunk, SchedulerOutput
+from mxserve.engine.speculative.metrics import SpecDecodeStats
+from mxserve.engine.speculative.probs import processed_probs, sample_from
+from mxserve.engine.speculative.rollback import CacheSnapshot
+from mxserve.engine.speculative.verify import Verdict, verify_block, verify_greedy, verify_standard
+from mxserve.model.deepseek_v4 import DeepseekV4Model
+from mxserve.model.dspark import DraftWindows, DSparkDraft
+from mxserve.model.forward_batch import ForwardBatch
+from mxserve.model.kv_state import ModelCacheState, Pool
+
+DRAW_DRAFT, DRAW_ACCEPT, DRAW_FINAL = 1, 2, 3  # purposes of the keyed draws
+
+
+def step_uniform(seed: int, anchor_position: int, purpose: int, index: int) -> float:
+    """A draw in [0, 1) for one (request seed, step, purpose, index); a multiple of 2^-53."""
+    key = mix_seed(mix_seed(mix_seed(seed, anchor_position), 7919 * purpose), index)
+    return (key >> 11) * 2.0**-53
+
+
+@dataclass(frozen=True)
+class DraftProposal:
+    token_ids: tuple[int, ...]  # [k] draft tokens for positions q + 1 … q + k
+    probs: torch.Tensor | None  # [k, V] fp64 draft distributions Q_i; None = greedy drafts (one-hot)
+
+
+# (verify chunks, sampling per request id) → request id → proposal of exactly chunk.num_draft_tokens tokens
+Drafter = Callable[[Sequence[ScheduledChunk], Mapping[str, RequestSampling]], dict[str, DraftProposal]]
+
+
+class SpeculativeModelRunner(ModelRunner):
+    def __init__(self, model: DeepseekV4Model, cache_state: ModelCacheState, device: torch.device, *,
+                 draft: DSparkDraft, windows: DraftWindows, config: SpeculativeConfig, block_width: int) -> None:
+        super().__init__(model, cache_state, device)
+        if model.config.dspark is None:
+            raise ValueError("speculative decoding needs a 0731 checkpoint with a DSpark draft")
+        self.draft, self.windows, self.spec_config = draft, windows, config
+        self.block_width = block_width  # the static K the draft block always runs at
+        self.aux_layer_ids = tuple(model.config.dspark.target_layer_ids)
+        self.stats = SpecDecodeStats()
+        self.drafter: Drafter = self.dspark_drafts  # replaceable (tests inject scripted drafts)
+
+    # ------------------------------------------------------------------ the step
+    def execute(self, step: SchedulerOutput, sampling: Mapping[str, RequestSampling]) -> StepResult:
+        state = self.cache_state
+        self.release(step.finished_request_ids | step.preempted_request_ids)
+        if not step.chunks:
+            return StepResult(RunnerOutput({}))
+        for chunk in step.chunks:
+            if chunk.is_new:
+                state.free_sequence(chunk.request_id)
+            state.set_block_tables(chunk.request_id, chunk.block_tables)
+
+        verify_chunks = [c for c in step.chunks if c.num_draft_tokens > 0]
+        proposals = self.drafter(verify_chunks, sampling) if verify_chunks else {}
+        for chunk in verify_chunks:
+            got = len(proposals[chunk.request_id].token_ids)
+            if got != chunk.num_draft_tokens:
+                raise ValueError(f"drafter proposed {got} tokens for {chunk.request_id!r}, "
+                                 f"expected {chunk.num_draft_tokens}")
+
+        token_chunks: list[list[int]] = []
+        rows: list[int] = []
+        sample_rows: dict[str, int] = {}  # request id → index into rows of its first sampled row
+        prompt_rows: dict[str, tuple[int, int]] = {}
+        offsets: dict[str, int] = {}  # request id → first batch row of its chunk
+        offset = 0
+        for chunk in step.chunks:
+            rid, info = chunk.request_id, sampling[chunk.request_id]
+            drafts = proposals[rid].token_ids if rid in proposals else ()
+            token_chunks.append([*chunk.token_ids, *drafts])
+            offsets[rid] = offset
+            last_prompt_row = min(chunk.end_pos, info.num_prompt_tokens - 1)
+            if info.wants_prompt_logprobs and chunk.start_pos < last_prompt_row:
+                prompt_rows[rid] = (len(rows), last_prompt_row - chunk.start_pos)
+                rows.extend(range(offset, offset + last_prompt_row - chunk.start_pos))
+            if chunk.samples_next_token:
+                first = offset + chunk.num_tokens - 1
+                if rows and rows[-1] == first:
+                    sample_rows[rid] = len(rows) - 1
+                    rows.extend(range(first + 1, first + 1 + len(drafts)))
+                else:
+                    sample_rows[rid] = len(rows)
+                    rows.extend(range(first, first + 1 + len(drafts)))
+            offset += len(token_chunks[-1])
+
+        snapshots = {c.request_id: CacheSnapshot.take(state, c.request_id, c.end_pos, c.end_pos + c.num_draft_tokens)
+                     for c in verify_chunks}
+        batch = ForwardBatch.from_chunks(token_chunks, [c.request_id for c in step.chunks],
+                                         [c.start_pos for c in step.chunks], logits_for=rows, device=self.device)
+        logits, aux = self.model.forward_with_aux(batch, state, self.aux_layer_ids)
+        result = StepResult(RunnerOutput({}))
+        result.logits_finite = bool(torch.isfinite(logits).all())
+
+        outputs: dict[str, tuple[int, ...]] = {}
+        plain = [c.request_id for c in step.chunks if c.samples_next_token and c.request_id not in proposals]
+        if plain:
+            picked = logits[torch.tensor([sample_rows[i] for i in plain], device=logits.device)]
+            out = self.sampler.sample(picked, [sampling[i].params for i in plain], [sampling[i].seed for i in plain],
+                                      [step.chunk_of(i).end_pos for i in plain])
+            for rid, tok in zip(plain, out.token_ids.tolist(), strict=True):
+                outputs[rid] = (tok,)
+            if out.top_logprobs is not None:
+                wanted = [sampling[i].params.logprobs or 0 for i in plain]
+                for rid, record in zip(plain, out.top_logprobs.to_positions(wanted), strict=True):
+                    if sampling[rid].params.logprobs is not None:
+                        result.sampled_logprobs[rid] = record
+
+        committed: dict[str, int] = {c.request_id: c.num_tokens for c in step.chunks}  # rows to commit per chunk
+        for chunk in verify_chunks:
+            rid, info = chunk.request_id, sampling[chunk.request_id]
+            k = chunk.num_draft_tokens
+            target = logits[sample_rows[rid]: sample_rows[rid] + k + 1]
+            verdict = self._verify(chunk, proposals[rid], target, info)
+            outputs[rid] = verdict.token_ids
+            self.stats.record(k, verdict.num_accepted)
+            snapshots[rid].restore(chunk.end_pos + verdict.num_accepted)  # first rejected draft position
+            committed[rid] = chunk.num_tokens + verdict.num_accepted
+            if info.params.logprobs is not None:
+                lp = compute_logprobs(target[: verdict.num_accepted + 1])
+                ids = torch.tensor(verdict.token_ids, dtype=torch.int64, device=lp.device)
+                result.sampled_logprobs[rid] = gather_logprobs(lp, ids, info.params.logprobs).to_positions()
+        result.runner_output = RunnerOutput(outputs)
+
+        self._commit_context(step, offsets, committed, aux)
+
+        for rid, (first, count) in prompt_rows.items():
+            start = step.chunk_of(rid).start_pos
+            targets = torch.tensor(sampling[rid].prompt_token_ids[start + 1: start + 1 + count], dtype=torch.int64,
+                                   device=logits.device)
+            lp = compute_logprobs(logits[first: first + count])
+            result.prompt_logprobs[rid] = gather_logprobs(lp, targets, sampling[rid].params.prompt_logprobs or 0
+                                                          ).to_positions()
+        return result
+
+    # ------------------------------------------------------------------ pieces
+    def _verify(self, chunk: ScheduledChunk, proposal: DraftProposal, target: torch.Tensor,
+                info: RequestSampling) -> Verdict:
+        drafts = list(proposal.token_ids)
+        if info.params.is_greedy:
+            return verify_greedy(torch.argmax(target, dim=-1).tolist(), drafts)
+        k, anchor = len(drafts), chunk.start_pos
+        p = processed_probs(target, [info.params] * (k + 1))
+        if proposal.probs is not None:
+            q = proposal.probs.to(p.device, torch.float64)
+        else:
+            q = torch.zeros(k, p.shape[1], dtype=torch.float64, device=p.device)
+            q[torch.arange(k), torch.tensor(drafts)] = 1.0
+        accept = [step_uniform(info.seed, anchor, DRAW_ACCEPT, i) for i in range(k)]
+        final = step_uniform(info.seed, anchor, DRAW_FINAL, 0)
+        method = verify_block if self.spec_config.rejection_sample_method == "block" else verify_standard
+        return method(p, q, drafts, accept, final)
+
+    def _commit_context(self, step: SchedulerOutput, offsets: Mapping[str, int], committed: Mapping[str, int],
+                        aux: torch.Tensor) -> None:
+        """Write the DSpark stage windows for every position committed this step."""
+        rows, positions, slots = [], [], []
+        for chunk in step.chunks:
+            rid, n = chunk.request_id, committed[chunk.request_id]
+            pos = torch.arange(chunk.start_pos, chunk.start_pos + n, device=aux.device)
+            rows.append(torch.arange(offsets[rid], offsets[rid] + n, device=aux.device))
+            positions.append(pos)
+            slots.append(self.cache_state.slots(Pool.WINDOW, rid, pos))
+        index = torch.cat(rows)
+        self.draft.write_context(self.windows, aux[index], torch.cat(positions), torch.cat(slots))
+
+    def dspark_drafts(self, chunks: Sequence[ScheduledChunk], sampling: Mapping[str, RequestSampling]
+                      ) -> dict[str, DraftProposal]:
+        """The DSpark drafter: one block forward for all verify chunks, then the Markov loop."""
+        ids = [c.request_id for c in chunks]
+        anchors = [c.token_ids[-1] for c in chunks]
+        anchor_positions = [c.end_pos - 1 for c in chunks]
+        base = self.draft.block_logits(self.windows, self.cache_state, ids, anchors, anchor_positions, self.block_width)
+        probabilistic = [self.spec_config.draft_sample_method == "probabilistic" and not sampling[i].params.is_greedy
+                         for i in ids]
+        draft_probs: list[list[torch.Tensor]] = [[] for _ in ids]
+
+        def pick(i: int, logits_i: torch.Tensor) -> torch.Tensor:
+            tokens = torch.argmax(logits_i, dim=-1)
+            for b, rid in enumerate(ids):
+                if probabilistic[b]:
+                    q = processed_probs(logits_i[b: b + 1], [sampling[rid].params])[0]
+                    draft_probs[b].append(q)
+                    tokens[b] = sample_from(q, step_uniform(sampling[rid].seed, anchor_positions[b], DRAW_DRAFT, i))
+            return tokens
+
+        num = max(c.num_draft_tokens for c in chunks)
+        drafts, _ = self.draft.draft_tokens(base, torch.tensor(anchors), pick, num_tokens=num)
+        proposals = {}
+        for b, chunk in enumerate(chunks):
+            k = chunk.num_draft_tokens
+            probs = torch.stack(draft_probs[b][:k]) if probabilistic[b] else None
+            proposals[chunk.request_id] = DraftProposal(tuple(drafts[b, :k].tolist()), probs)
+        return proposals
