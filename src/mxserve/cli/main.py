@@ -7,6 +7,7 @@ import sys
 
 import typer
 
+from mxserve.cli.bench import bench_app
 from mxserve.cli.convert_cmd import convert
 from mxserve.cli.inspect_cmd import inspect
 from mxserve.cli.random_cmd import random_checkpoint_cmd
@@ -27,6 +28,7 @@ app.command("inspect")(inspect)
 app.command("convert")(convert)
 app.command("random-checkpoint")(random_checkpoint_cmd)
 app.command("verify")(verify)
+app.add_typer(bench_app, name="bench")
 
 
 def main() -> None:
