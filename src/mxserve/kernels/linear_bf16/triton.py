@@ -1,0 +1,69 @@
+"""Launcher of the BF16-weight linear: the block-dot kernel of `linear_fp8_block` with W_KIND 2.
+
+Same structure as the FP8 launch (decode: 16-token tile, 64-row weight slabs, fixed split-K
+grid and in-order second-stage sum; prefill: 128x128 tiles), so a row's bits do not depend on M.
+x goes in as bf16 (one dot) or, for fp32/fp16 x, as bf16 hi + lo (two dots, ~16 bits of x).
+Fixed launch parameters (no autotuning yet: measured in docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from mxserve.kernels.linear_bf16 import check_bf16_weight
+from mxserve.kernels.linear_fp8_block._linear_fp8_block_kernel import _blockdot_kernel, _sum_groups_kernel
+from mxserve.kernels.linear_fp8_block.triton import _FEW_PROGRAMS, DECODE_MAX_M, interpreting, kb_per_group
+
+_X_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def linear_bf16_triton(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x [..., K] · W[N, K]ᵀ → fp32 [..., N] for a bf16 weight."""
+    weight = check_bf16_weight(weight)
+    n, k = weight.shape
+    if x.dtype not in _X_DTYPES or x.shape[-1] != k:
+        raise ValueError(f"linear_bf16: x must be [..., {k}] in {_X_DTYPES}, got {tuple(x.shape)=} {x.dtype=}")
+    if x.device != weight.device:
+        raise ValueError(f"linear_bf16: {x.device=} but {weight.device=}")
+    if x.device.type != "cuda" and not interpreting():
+        raise ValueError(f"linear_bf16 triton backend needs a CUDA tensor or TRITON_INTERPRET=1, got {x.device=}")
+    if weight.stride() != (k, 1):
+        raise ValueError(f"linear_bf16: weight must be row-major contiguous, got {weight.stride()=}")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    if x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    m = x2.shape[0]
+    out = torch.empty((m, n), dtype=torch.float32, device=x.device)
+    if m == 0 or n == 0:
+        return out.reshape(*lead, n)
+
+    # --- launch parameters -------------------------------------------------------------------------
+    group = kb_per_group(n, k)
+    num_groups = triton.cdiv(triton.cdiv(k, 128), group)
+    is_decode = m <= DECODE_MAX_M
+    if interpreting():
+        block_n, block_m, warps, stages = 64, 16 if is_decode else 32, 4, 1
+    elif is_decode:
+        block_n, block_m, warps, stages = 64, 16, 4, 4
+    else:
+        block_n, block_m, warps, stages = 128, 128, 8, 3
+    split = num_groups > 1 and (is_decode or triton.cdiv(n, 128) * triton.cdiv(m, 128) < _FEW_PROGRAMS)
+    consts = dict(X_MODE=2, X_PIECES=1 if x2.dtype == torch.bfloat16 else 2, DOT=0 if interpreting() else 1, W_KIND=2)
+    # ---------------------------------------------------------------------------------------------
+
+    dest = torch.empty((num_groups, m, n), dtype=torch.float32, device=x.device) if split else out
+    x3 = x2.unsqueeze(1)
+    grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m), num_groups if split else 1)
+    _blockdot_kernel[grid](
+        x3, out, weight, weight, weight, dest, m, n, k,
+        x3.stride(0), 0, 0, 0, weight.stride(0), 0, dest.stride(0) if split else 0, n, num_groups if split else 1, 0,
+        KB_PER_GROUP=group, NUM_GROUPS=num_groups, SPLIT=split, BLOCK_M=block_m, BLOCK_N=block_n,
+        num_warps=warps, num_stages=stages, **consts,
+    )
+    if split:
+        block = 1024
+        _sum_groups_kernel[(triton.cdiv(m * n, block),)](dest, out, m * n, dest.stride(0), NUM_GROUPS=num_groups,
+                                                         BLOCK=block)
+    return out.reshape(*lead, n)
