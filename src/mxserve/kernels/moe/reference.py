@@ -1,7 +1,8 @@
 """Torch reference for the DeepSeek-V4 MoE: routing and the routed experts (spec §3.5).
 
 Routing (fp32): s = sqrt(softplus(x·Gᵀ)); experts = tid2eid[token] in hash layers, else the
-top-k of s + bias (bias selects only); weights = s[experts] / Σ s[experts] · routed_scaling.
+top-k of s + bias (bias selects only); weights = s[experts] / Σ s[experts] · routed_scaling
+(normalised in fp64 and rounded once, so every backend can match it bit for bit).
 Ties in the biased scores are broken by the lower expert id (a stable descending sort), the
 same rule every backend must follow.
 
@@ -55,9 +56,11 @@ def route_ref(
     else:
         order = torch.sort(scores + bias.float(), dim=-1, descending=True, stable=True).indices
         expert_ids = order[:, :top_k]
-    weights = scores.gather(1, expert_ids)
-    weights = weights / weights.sum(dim=-1, keepdim=True)
-    return weights * routed_scaling, expert_ids
+    # normalise and scale in fp64, round once: an fp32 row sum would take torch's reduction order,
+    # which differs between CPU and CUDA builds; k fp32 terms sum exactly in fp64 in any order
+    picked = scores.gather(1, expert_ids).double()
+    weights = (picked / picked.sum(dim=-1, keepdim=True) * routed_scaling).float()
+    return weights, expert_ids
 
 
 def swiglu_clamped(gate: torch.Tensor, up: torch.Tensor, limit: float) -> torch.Tensor:

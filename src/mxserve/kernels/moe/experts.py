@@ -1,0 +1,224 @@
+"""Triton launcher of the routed experts: `moe_experts_triton`, the contract of `moe_experts_ref`.
+
+Weights are stacked once per layer (`StackedExperts.of`, at load: the kernels index experts by
+id in one tensor per matrix) in the release MXFP4 layout, or repacked losslessly to 128x128
+block FP8 (spec §6.6). Per call: sort the (token, slot) pairs by expert (`align_triton`), one
+launch for gate/up with the clamped SwiGLU, the routing weight, the hidden dtype rounding and
+(faithful numerics) the FP8 fake quantization of the hidden fused, one launch for down, and one
+that sums each token's k expert outputs in ascending expert id order.
+
+Variants ("how the multiply runs"; all compute the same math, tolerances in tests/kernels/moe):
+  "bf16"  weights widened in registers to bf16 (exact), activations bf16 (fp32 as hi + lo),
+  "w4a8"  FP8 tensor cores: activations as e4m3fn codes + per-128 scales (faithful numerics
+          only, where the activations are FP8 values anyway), weights rescaled per 128-K block.
+Tile shapes depend on the number of pairs (decode: 16-row blocks; prefill: 64), never on the
+values, and a row's K order does not depend on the tile, so results are batch invariant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from mxserve.formats import QuantizedWeight, WeightLayout, fake_quant_fp8_pow2, mxfp4_to_fp8_block
+from mxserve.kernels.linear import ResidentWeight
+from mxserve.kernels.linear_fp8_block import quantize_activation_fp8_block
+from mxserve.kernels.moe._experts_kernel import _moe_combine_kernel, _moe_down_kernel, _moe_gate_up_kernel
+from mxserve.kernels.moe.align import align_triton
+from mxserve.kernels.moe.reference import ExpertWeights
+from mxserve.kernels.moe.router import check_device, interpreting
+
+VARIANTS = ("bf16", "w4a8")
+DECODE_MAX_PAIRS = 256  # up to this many (token, slot) pairs a launch uses 16-row blocks
+TILES = {  # (BLOCK_M, num_warps, num_stages); BLOCK_N is 128 (one FP8 activation block of h)
+    "decode": (16, 4, 3),
+    "prefill": (64, 8, 3),
+}
+BLOCK_N = 128
+
+
+def _packed(w: object) -> QuantizedWeight:
+    if isinstance(w, ResidentWeight) and w.source is not None:
+        w = w.source
+    if not isinstance(w, QuantizedWeight):
+        raise ValueError(f"moe triton: expert weights must be quantized (MXFP4 or FP8 block), got {type(w).__name__}")
+    return w
+
+
+@dataclass(frozen=True, eq=False)
+class StackedExperts:
+    """All experts of one layer, one tensor per matrix. fmt "mxfp4": codes [E, N, K/2] + UE8M0
+    [E, N, K/32]; "fp8_block": e4m3fn codes [E, N, K] + UE8M0 [E, N/128, K/128]."""
+
+    fmt: str
+    w1: torch.Tensor  # gate codes [E, I, ...]
+    w1_scales: torch.Tensor
+    w3: torch.Tensor  # up codes [E, I, ...]
+    w3_scales: torch.Tensor
+    w2: torch.Tensor  # down codes [E, D, ...]
+    w2_scales: torch.Tensor
+    num_experts: int
+    hidden: int  # I
+    dim: int  # D
+
+    @classmethod
+    def of(cls, experts: Sequence[ExpertWeights], *, repack_fp8: bool = False) -> StackedExperts:
+        """Stack per-expert weights (a copy: a loader should build this form directly)."""
+        if not experts:
+            raise ValueError("moe triton: no experts")
+        first = _packed(experts[0].w1)
+        hidden, dim = first.shape
+        if dim % 128 or hidden % 128:
+            raise ValueError(f"moe triton: expert dims must be multiples of 128, got I={hidden} D={dim}")
+        mats = {"w1": [], "w3": [], "w2": []}
+        for i, ex in enumerate(experts):
+            for name in mats:
+                q = _packed(getattr(ex, name))
+                want = (dim, hidden) if name == "w2" else (hidden, dim)
+                if tuple(q.shape) != want or q.layout is not first.layout:
+                    raise ValueError(f"moe triton: expert {i} {name} is {q.layout.value} {tuple(q.shape)}, "
+                                     f"expected {first.layout.value} {want}")
+                if q.layout is WeightLayout.FP8_BLOCK and (q.fmt.name != "e4m3fn" or tuple(q.block) != (128, 128)):
+                    raise ValueError(f"moe triton: expert {i} {name} must be e4m3fn 128x128, got {q.fmt.name} {q.block}")
+                if repack_fp8 and q.layout is WeightLayout.MXFP4:
+                    codes, scales = mxfp4_to_fp8_block(q.codes, q.scales, q.shape[-1])
+                else:
+                    codes, scales = q.codes, q.scales
+                mats[name].append((codes, scales))
+        fmt = "fp8_block" if (repack_fp8 or first.layout is WeightLayout.FP8_BLOCK) else "mxfp4"
+        stack = {n: (torch.stack([c for c, _ in v]), torch.stack([s for _, s in v])) for n, v in mats.items()}
+        return cls(fmt, *stack["w1"], *stack["w3"], *stack["w2"], len(experts), hidden, dim)
+
+    @property
+    def nbytes_per_expert(self) -> int:
+        """Codes + scales of one expert's three matrices (what one hit expert streams)."""
+        mats = (self.w1, self.w1_scales, self.w3, self.w3_scales, self.w2, self.w2_scales)
+        return sum(t.numel() for t in mats) // self.num_experts
+
+    def min_scale_byte(self) -> int:
+        """Smallest UE8M0 byte: the in-register widening is exact for bytes >= 16."""
+        return min(int(s.min()) for s in (self.w1_scales, self.w3_scales, self.w2_scales))
+
+    def max_w4a8_spread(self) -> int:
+        """Largest spread (max - min) of the 4 group scale bytes of one row's 128-K block: the
+        W4A8 weight rescale is lossless up to 14 (6 binades of headroom + e4m3fn's 8 below 0.5)."""
+        if self.fmt != "mxfp4":
+            return 0
+        spread = 0
+        for s in (self.w1_scales, self.w3_scales, self.w2_scales):
+            g = s.to(torch.int16).reshape(*s.shape[:-1], -1, 4)
+            spread = max(spread, int((g.amax(-1) - g.amin(-1)).max()))
+        return spread
+
+
+_stacked: dict[int, tuple[Sequence[ExpertWeights], StackedExperts]] = {}
+
+
+def stacked_for(experts: Sequence[ExpertWeights] | StackedExperts, *, repack_fp8: bool = False) -> StackedExperts:
+    """`experts` itself if already stacked, else the stacked copy built on first use (cached by
+    identity, holding the sequence so its id cannot be reused)."""
+    if isinstance(experts, StackedExperts):
+        return experts
+    key = id(experts)
+    hit = _stacked.get(key)
+    if hit is None or hit[0] is not experts or (hit[1].fmt == "fp8_block") != repack_fp8:
+        hit = (experts, StackedExperts.of(experts, repack_fp8=repack_fp8))
+        _stacked[key] = hit
+    return hit[1]
+
+
+def moe_experts_triton(
+    x: torch.Tensor,
+    expert_ids: torch.Tensor,
+    weights: torch.Tensor,
+    experts: Sequence[ExpertWeights] | StackedExperts,
+    *,
+    limit: float,
+    quantize_inputs: bool,
+    hidden_dtype: torch.dtype = torch.float32,
+    variant: str = "bf16",
+    repack_fp8: bool = False,
+    tile: str = "auto",
+) -> torch.Tensor:
+    """Σ_k weight_k · expert_{id_k}(x) per token → fp32 [T, D]; see `moe_experts_ref`."""
+    check_device(x, "moe_experts")
+    if variant not in VARIANTS:
+        raise ValueError(f"moe_experts: {variant=} not in {VARIANTS}")
+    if variant == "w4a8" and not quantize_inputs:
+        raise ValueError("moe_experts: the w4a8 variant needs quantize_inputs=True (faithful numerics)")
+    if tile not in ("auto", "decode", "prefill"):
+        raise ValueError(f"moe_experts: {tile=} must be 'auto', 'decode' or 'prefill'")
+    if hidden_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"moe_experts: {hidden_dtype=} must be float32 or bfloat16")
+    st = stacked_for(experts, repack_fp8=repack_fp8)
+    if x.dim() != 2 or x.shape[1] != st.dim or x.dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"moe_experts: x must be fp32/bf16 [T, {st.dim}], got {x.dtype} {tuple(x.shape)}")
+    num_tokens = x.shape[0]
+    if expert_ids.shape != weights.shape or expert_ids.dim() != 2 or expert_ids.shape[0] != num_tokens:
+        raise ValueError(f"moe_experts: ids and weights must be [{num_tokens}, k], got {tuple(expert_ids.shape)} "
+                         f"and {tuple(weights.shape)}")
+    if st.w1.device != x.device:
+        raise ValueError(f"moe_experts: weights on {st.w1.device}, x on {x.device}")
+    top_k = expert_ids.shape[1]
+    out = torch.zeros((num_tokens, st.dim), dtype=torch.float32, device=x.device)
+    if num_tokens == 0:
+        return out
+    num_pairs = num_tokens * top_k
+
+    # --- launch parameters ---------------------------------------------------------------------
+    x_fp8 = variant == "w4a8"
+    dot = 0 if interpreting() else (2 if x_fp8 else 1)
+    w_fmt = 0 if st.fmt == "mxfp4" else 1
+    is_decode = tile == "decode" or (tile == "auto" and num_pairs <= DECODE_MAX_PAIRS)
+    block_m, num_warps, num_stages = TILES["decode" if is_decode else "prefill"]
+    if interpreting():
+        block_m, num_warps, num_stages = (16 if is_decode else 32), 4, 1
+    # ------------------------------------------------------------------------------------------
+
+    x = x.contiguous()
+    if x_fp8:
+        x_op, x_scales = quantize_activation_fp8_block(x)
+    else:
+        x_op = fake_quant_fp8_pow2(x, block=128) if quantize_inputs else x
+        x_scales = out  # unused pointer
+    x_pieces = 2 if (x_op.dtype == torch.float32 and not quantize_inputs) else 1
+    blocks = align_triton(expert_ids, st.num_experts, block_m)
+    cap = blocks.capacity
+    h_bf16 = hidden_dtype == torch.bfloat16
+    h_dtype = torch.uint8 if x_fp8 else hidden_dtype
+    h = torch.empty((cap, st.hidden), dtype=h_dtype, device=x.device)
+    hs = torch.empty((cap, triton.cdiv(st.hidden, 128)), dtype=torch.float32, device=x.device)
+    route_w = weights.reshape(-1).float().contiguous()
+    grid = (triton.cdiv(st.hidden, BLOCK_N), cap // block_m)
+    _moe_gate_up_kernel[grid](
+        x_op, x_scales, st.w1, st.w1_scales, st.w3, st.w3_scales,
+        blocks.sorted_pair_ids, blocks.block_expert, blocks.expert_start, blocks.expert_count, route_w,
+        h, hs,
+        st.hidden, st.dim, num_pairs, top_k, float(limit),
+        x_op.stride(0), x_scales.stride(0), st.w1.stride(0), st.w1.stride(1), st.w1_scales.stride(0),
+        st.w1_scales.stride(1), h.stride(0), hs.stride(0),
+        BLOCK_M=block_m, BLOCK_N=BLOCK_N, W_FMT=w_fmt, DOT=dot, X_FP8=x_fp8, X_PIECES=x_pieces,
+        H_BF16=h_bf16, QUANT_H=quantize_inputs, H_CODES=x_fp8,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    y = torch.empty((num_pairs, st.dim), dtype=torch.float32, device=x.device)
+    h_pieces = 2 if (hidden_dtype == torch.float32 and not quantize_inputs) else 1
+    _moe_down_kernel[(triton.cdiv(st.dim, BLOCK_N), cap // block_m)](
+        h, hs, st.w2, st.w2_scales,
+        blocks.sorted_pair_ids, blocks.block_expert, blocks.expert_start, blocks.expert_count,
+        y, st.hidden, st.dim, num_pairs,
+        h.stride(0), hs.stride(0), st.w2.stride(0), st.w2.stride(1), st.w2_scales.stride(0), st.w2_scales.stride(1),
+        y.stride(0),
+        BLOCK_M=block_m, BLOCK_N=BLOCK_N, W_FMT=w_fmt, DOT=dot, X_FP8=x_fp8, X_PIECES=h_pieces,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    kpad = triton.next_power_of_2(top_k)
+    block_d = 512
+    _moe_combine_kernel[(num_tokens, triton.cdiv(st.dim, block_d))](
+        y, expert_ids.contiguous(), out, st.dim, y.stride(0), out.stride(0),
+        TOP_K=top_k, KPAD=kpad, BLOCK_D=block_d,
+    )
+    return out
