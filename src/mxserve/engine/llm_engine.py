@@ -33,10 +33,11 @@ from mxserve.engine.sampling_params import SamplingParams, request_seeds
 from mxserve.engine.scheduler import Scheduler
 from mxserve.engine.speculative import SpecDecodeStats, SpeculativeModelRunner
 from mxserve.engine.tokenizer import Tokenizer
-from mxserve.kernels.chooser import LinearSpec, Platform, choose_linear, parse_overrides_env
+from mxserve.kernels.chooser import LinearDispatcher, LinearSpec, Platform, choose_linear, parse_overrides_env
 from mxserve.model.checkpoint import CheckpointReader
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.dspark import DraftWindows, DSparkDraft
+from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import ModelCacheState
 
 logger = logging.getLogger("mxserve.engine")
@@ -112,7 +113,8 @@ class LLMEngine:
         self._set_cpu_threads(small_model=linear_backend == "reference-resident")
         self.model = DeepseekV4Model(self.model_config, weights, numerics=config.numerics,
                                      kv_cache_dtype=config.kv_cache_dtype,
-                                     resident_weights=linear_backend == "reference-resident")
+                                     resident_weights=linear_backend == "reference-resident",
+                                     kernels=self._linear_kernel_set(weights))
         max_model_len = min(config.max_model_len, self.model_config.max_position_embeddings)
         self.max_model_len = max_model_len
         self.num_speculative_tokens = speculative_k(config.speculative_config, self.model_config)
@@ -162,12 +164,12 @@ class LLMEngine:
         resident_bytes = 8 * num_params
         if forced is None:
             forced = parse_overrides_env().get("linear")  # the environment front door
+        self.linear_choices: dict = {}
         if forced == "triton":
-            # Behind the switch (issue 9): choose per layer once, log, keep the choices. The model
-            # still calls the reference linear until it takes per-layer backends, so the layers run
-            # the reference for now; this exercises the chooser on the real checkpoint.
+            # Behind the switch (issue 9): choose per layer once and log; the model runs them
+            # through the per-layer dispatcher (_linear_kernel_set)
             self.linear_choices = self._choose_linear_per_layer(weights, forced)
-            choice, why = "reference", "triton forced: per-layer choices logged; the model does not consume them yet"
+            choice, why = "triton", "forced; per-layer choices above (layers Triton cannot implement run the reference)"
         elif forced is not None:
             choice, why = forced, "forced by kernel_overrides"
         elif self.device.type == "cpu" and resident_bytes <= _RESIDENT_LIMIT_BYTES:
@@ -186,13 +188,25 @@ class LLMEngine:
         for name, w in weights.items():
             if isinstance(w, torch.Tensor) and w.dim() != 2:
                 continue
-            choices[name] = choose_linear(LinearSpec.of(name, w, quantize_input=faithful), platform, forced=forced)
+            groups = self.model_config.o_groups if name.endswith(".wo_a") else 1  # block-diagonal wo_a
+            spec = LinearSpec.of(name, w, quantize_input=faithful and groups == 1, groups=groups)
+            choices[name] = choose_linear(spec, platform, forced=forced)
             logger.debug("linear %s: %s (%s)", name, choices[name].backend, choices[name].reason)
         counts = {}
         for c in choices.values():
             counts[c.backend] = counts.get(c.backend, 0) + 1
         logger.info("linear kernel choices per layer: %s", counts)
         return choices
+
+    def _linear_kernel_set(self, weights) -> KernelSet:
+        """The reference set, or (per-layer choices made) one whose linear and grouped_linear slots
+        dispatch each weight to its chosen backend, decided here once."""
+        if not self.linear_choices:
+            return REFERENCE_KERNELS
+        dispatcher = LinearDispatcher(weights, self.linear_choices)
+        label = f"per layer: {dispatcher.label()}"
+        return KernelSet(linear=dispatcher, grouped_linear=dispatcher.grouped,
+                         labels={"linear": label, "grouped_linear": label})
 
     def _set_cpu_threads(self, *, small_model: bool) -> None:
         """Small models on the CPU run dispatch-bound ops where a second OpenMP thread only adds

@@ -12,6 +12,7 @@ they pass their gates (issue 9; measured status in docs/benchmarks.md).
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import torch
 from mxserve.formats import QuantizedWeight, WeightLayout
 
 OVERRIDES_ENV = "MXSERVE_KERNEL_OVERRIDES"
+logger = logging.getLogger("mxserve.kernels")
 
 
 @dataclass(frozen=True)
@@ -46,14 +48,17 @@ class LinearSpec:
     fmt: str | None  # code format name ("e4m3fn", "e4m3fnuz", ...)
     block: tuple[int, int] | None  # elements per scale
     quantize_input: bool  # W8A8 (faithful numerics) or weight-only
+    groups: int = 1  # > 1: a block-diagonal grouped projection (wo_a) of `groups` row blocks
 
     @classmethod
-    def of(cls, name: str, weight: object, *, quantize_input: bool) -> LinearSpec:
+    def of(cls, name: str, weight: object, *, quantize_input: bool, groups: int = 1) -> LinearSpec:
         if isinstance(weight, QuantizedWeight):
             out_f, in_f = weight.shape[-2:]
-            return cls(name, out_f, in_f, weight.layout.value, weight.fmt.name, tuple(weight.block), quantize_input)
+            return cls(name, out_f, in_f, weight.layout.value, weight.fmt.name, tuple(weight.block), quantize_input,
+                       groups)
         out_f, in_f = weight.shape[-2:]
-        return cls(name, out_f, in_f, None, None, None, False)
+        fmt = str(weight.dtype).removeprefix("torch.") if isinstance(weight, torch.Tensor) else None
+        return cls(name, out_f, in_f, None, fmt, None, False, groups)
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,8 @@ class ReferenceLinear:
 
 
 class TritonFp8BlockLinear:
-    """`linear_fp8_block` backend="triton": FP8_BLOCK weights, 128x128 scales, on a CUDA GPU."""
+    """backend="triton": `linear_fp8_block` / `grouped_linear` on FP8_BLOCK weights with 128x128
+    scales, and `linear_bf16` on bf16 weights, on a CUDA GPU."""
 
     name = "triton"
 
@@ -93,13 +99,20 @@ class TritonFp8BlockLinear:
         return True, f"CUDA sm_{platform.capability[0]}{platform.capability[1]}"
 
     def can_implement(self, spec: LinearSpec) -> tuple[bool, str]:
+        if spec.layout is None and spec.fmt == "bfloat16" and spec.groups == 1:
+            return True, f"{spec.out_features}x{spec.in_features} bf16 weight (linear_bf16, bf16 tensor cores)"
         if spec.layout != WeightLayout.FP8_BLOCK.value:
-            return False, f"layout {spec.layout or 'full precision'} is not fp8_block"
+            return False, f"layout {spec.layout or 'full precision'} ({spec.fmt}) is not fp8_block or bf16"
         if spec.block != (128, 128):
             return False, f"scale block {spec.block} is not 128x128"
         if spec.fmt not in ("e4m3fn", "e4m3fnuz"):
             return False, f"code format {spec.fmt} is not e4m3fn/e4m3fnuz"
-        mode = "W8A8 on FP8 tensor cores" if spec.quantize_input else "weight-only, codes widened to bf16"
+        if spec.groups > 1 and (spec.out_features % spec.groups or (spec.out_features // spec.groups) % 128):
+            return False, f"{spec.groups} groups of {spec.out_features}/{spec.groups} rows: not whole 128-row blocks"
+        if spec.groups > 1:
+            return True, f"grouped {spec.groups}x({spec.out_features // spec.groups}x{spec.in_features}) fp8_block, weight-only"
+        mode = ("W8A8 on FP8 tensor cores" if spec.quantize_input
+                else "weight-only, codes widened to fp16, activations pow2-scaled to fp16")
         return True, f"{spec.out_features}x{spec.in_features} fp8_block {spec.fmt}, {mode}"
 
 
@@ -140,3 +153,75 @@ def parse_overrides_env(environ: Mapping[str, str] | None = None) -> dict[str, s
             raise ValueError(f"{OVERRIDES_ENV}: {item!r} is not op=backend (whole value {text!r})")
         overrides[op.strip()] = backend.strip()
     return overrides
+
+
+class LinearDispatcher:
+    """The per-layer backends, decided once at load, behind `linear_ref`'s signature.
+
+    Built from the loaded weights and the chooser's `Choice` per weight name; maps each weight
+    object (by identity: the model holds the very objects the loader produced) to its callable.
+    e4m3fnuz weights chosen for Triton are converted to e4m3fn once, here (exact). A weight it
+    was not built with (a path added later) runs the reference and is logged once — never a
+    silent change of backend. `grouped` is the same for the block-diagonal wo_a projection.
+    """
+
+    def __init__(self, weights: Mapping[str, object], choices: Mapping[str, Choice]) -> None:
+        self._by_id: dict[int, tuple[str, str, object]] = {}  # id(weight) → (name, backend, prepared weight)
+        self._keep = []  # the original weights, so ids stay unique while this lives
+        for name, choice in choices.items():
+            weight = weights[name]
+            prepared = weight
+            if choice.backend == "triton" and isinstance(weight, QuantizedWeight):
+                from mxserve.kernels.linear_fp8_block.triton import to_ocp_weight
+
+                prepared = to_ocp_weight(weight)
+            self._by_id[id(weight)] = (name, choice.backend, prepared)
+            self._keep.append(weight)
+        self._unknown_logged: set[tuple] = set()
+
+    def backend_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for _name, backend, _w in self._by_id.values():
+            counts[backend] = counts.get(backend, 0) + 1
+        return counts
+
+    def label(self) -> str:
+        return ", ".join(f"{b} x{n}" for b, n in sorted(self.backend_counts().items()))
+
+    def triton_layers(self) -> list[tuple[str, object]]:
+        """(name, prepared weight) of every layer that runs a Triton kernel (for `mxserve verify`)."""
+        return [(name, w) for name, backend, w in self._by_id.values() if backend == "triton"]
+
+    def _lookup(self, weight: object) -> tuple[str, object]:
+        entry = self._by_id.get(id(weight))
+        if entry is None:
+            key = tuple(getattr(weight, "shape", ()))
+            if key not in self._unknown_logged:
+                self._unknown_logged.add(key)
+                logger.warning("linear dispatcher: a %s weight not seen at load runs the reference", key)
+            return "reference", weight
+        return entry[1], entry[2]
+
+    def __call__(self, x: torch.Tensor, weight: object, *, quantize_input: bool = False) -> torch.Tensor:
+        backend, w = self._lookup(weight)
+        if backend != "triton":
+            from mxserve.kernels.linear.reference import linear_ref
+
+            return linear_ref(x, weight, quantize_input=quantize_input)
+        if isinstance(w, QuantizedWeight):
+            from mxserve.kernels.linear_fp8_block.triton import linear_fp8_block_triton
+
+            return linear_fp8_block_triton(x, w, quantize_input=quantize_input)
+        from mxserve.kernels.linear_bf16.triton import linear_bf16_triton
+
+        return linear_bf16_triton(x, w)  # full-precision weights are never activation-quantized
+
+    def grouped(self, x: torch.Tensor, weight: object) -> torch.Tensor:
+        backend, w = self._lookup(weight)
+        if backend != "triton":
+            from mxserve.kernels.linear.reference import grouped_linear_ref
+
+            return grouped_linear_ref(x, weight)
+        from mxserve.kernels.linear_fp8_block.triton import grouped_linear_fp8_block_triton
+
+        return grouped_linear_fp8_block_triton(x, w)
