@@ -66,6 +66,25 @@ def attention_forward(
     """x [T, D] (normed block input, stream dtype) → [T, D] in stream dtype.
 
     `observer` (optional, verification only) sees cache reader outputs and attention logits/probs."""
+    return output_projection(attention_heads(x, batch, w, ctx, caches, state, observer), w, ctx)
+
+
+def output_projection(heads: torch.Tensor, w: AttentionWeights, ctx: LayerContext) -> torch.Tensor:
+    """Grouped wo_a then wo_b: heads [T, H, d] (stream dtype) → [T, D] stream dtype.
+
+    Tensor parallelism (`mxserve.distributed`) replaces this step with its sharded twin."""
+    cfg, policy, kernels = ctx.config, ctx.policy, ctx.kernels
+    sd, num_tokens = policy.stream_dtype, heads.shape[0]
+    grouped = kernels.grouped_linear(heads.reshape(num_tokens, cfg.o_groups, -1), w.wo_a).to(sd)
+    return kernels.linear(grouped.flatten(1), w.wo_b, quantize_input=policy.quantize_gemm_inputs).to(sd)
+
+
+def attention_heads(
+    x: torch.Tensor, batch: ForwardBatch, w: AttentionWeights, ctx: LayerContext,
+    caches: LayerCaches, state: ModelCacheState, observer: ForwardObserver | None = None,
+) -> torch.Tensor:
+    """Everything before the output projection: x [T, D] → per-head outputs [T, H, d] in stream
+    dtype, after the inverse RoPE (H = ctx.config.num_attention_heads, the heads `w.wq_b` holds)."""
     cfg, policy, kernels = ctx.config, ctx.policy, ctx.kernels
     sd, qi = policy.stream_dtype, policy.quantize_gemm_inputs
     num_tokens, heads, head_dim = x.shape[0], cfg.num_attention_heads, cfg.head_dim
@@ -92,9 +111,7 @@ def attention_forward(
             None if indexer_q is None else indexer_q[rows], None if indexer_w is None else indexer_w[rows],
             w, ctx, caches, state, observer,
         )
-    out = apply_rope(out.to(sd), positions, ctx.inv_freq, inverse=True)
-    grouped = kernels.grouped_linear(out.reshape(num_tokens, cfg.o_groups, -1), w.wo_a).to(sd)
-    return kernels.linear(grouped.flatten(1), w.wo_b, quantize_input=qi).to(sd)
+    return apply_rope(out.to(sd), positions, ctx.inv_freq, inverse=True)
 
 
 def _attend_chunk(
