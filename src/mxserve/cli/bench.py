@@ -70,3 +70,35 @@ def serve_bench(
         raise _bad(str(exc)) from None
     typer.echo(plot_serve(result, out.with_suffix(".png")))
     typer.echo(f"results: {out}")
+
+
+@bench_app.command("layers")
+@one_line_errors
+def layers_bench(
+    config: Annotated[str, typer.Option("--config", help="Model config: flash (real shapes) or a tiny one (tiny-all).")] = "flash",
+    layers: Annotated[int, typer.Option("--layers", help="Layers to build (kinds most frequent first: CSA, HCA, sliding for flash).")] = 2,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
+    prefill_tokens: Annotated[int, typer.Option("--prefill-tokens", help="Tokens of the prefill step (0 = skip).")] = 8192,
+    batches: Annotated[str, typer.Option("--batches", help="Decode batch sizes, comma-separated.")] = "1,8,64",
+    contexts: Annotated[str, typer.Option("--contexts", help="Decode context lengths, comma-separated.")] = "4096,65536",
+    reps: Annotated[int, typer.Option("--reps", help="Timed steps per scenario (median).")] = 3,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps per scenario first.")] = 1,
+    numerics: Annotated[str, typer.Option("--numerics", help="faithful (release QAT) or exact.")] = "faithful",
+    bandwidth: Annotated[float, typer.Option("--bandwidth-tb-s", help="Bandwidth of the floor, TB/s (default: H200 copy, measured here).")] = 4.27,
+    peak_tflops: Annotated[float, typer.Option("--peak-tflops", help="Compute rate of the prefill floor, TFLOP/s (default: H200 bf16 dense, measured here).")] = 790.0,
+    seed: Annotated[int, typer.Option("--seed", help="Seeds weights, caches and tokens.")] = 0,
+    out: Annotated[Path, typer.Option("--out", help="JSON results.")] = Path("layers.json"),
+) -> None:
+    """Full-size layers with random release-format weights: step times vs their floors, and a decode projection."""
+    from mxserve.bench.layers.run import LayersBenchOptions, run_layers_bench
+    from mxserve.bench.serve.run import parse_int_list
+
+    try:
+        opts = LayersBenchOptions(config=config, num_layers=layers, device=device, prefill_tokens=prefill_tokens,
+                                  decode_batches=parse_int_list(batches, "--batches"),
+                                  contexts=parse_int_list(contexts, "--contexts"), reps=reps, warmup=warmup,
+                                  numerics=numerics, bandwidth_tb_s=bandwidth, peak_tflops=peak_tflops, seed=seed)
+    except ValueError as exc:
+        raise _bad(str(exc)) from None
+    run_layers_bench(opts, out, echo=typer.echo)
+    typer.echo(f"results: {out}")

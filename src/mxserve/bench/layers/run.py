@@ -1,0 +1,303 @@
+"""`mxserve bench layers`: time full-size layers, set them against their floors, project the model.
+
+Scenarios: one prefill of `prefill_tokens` tokens into empty caches, and decode steps (one new
+token per sequence) for every (batch, context) pair. Each scenario is timed as whole steps
+(median of `reps` after `warmup`), then profiled once for the per-layer, per-op split. Each
+layer's time is set against its bandwidth floor (bytes it must read / `bandwidth_tb_s`) and,
+for prefill, its compute floor (FLOPs / `peak_tflops`).
+
+The projection (clearly a projection, not a measurement): a full-model single-stream decode
+step = Σ over the full config's main layers of the measured batch-1 time of a layer of its
+kind + the measured head; tok/s = 1 / that. A kind that was not built (K smaller than the
+number of kinds) borrows a measured kind's time, labelled as such. Failures of one scenario
+(e.g. out of memory) are recorded and the others still run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import importlib.metadata
+import json
+import platform
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mxserve.bench.layers.build import (
+    bench_config,
+    kinds_by_frequency,
+    layer_plan,
+    random_weights,
+    weight_bytes,
+)
+from mxserve.bench.layers.cache import build_cache_state
+from mxserve.bench.layers.kernels import engine_kernels, kernel_labels
+from mxserve.bench.layers.roofline import cache_read_bytes, layer_weight_bytes, routed_bytes, step_flops
+from mxserve.bench.layers.timing import OpProfiler, median, synchronize, time_steps, weight_owners
+from mxserve.config import AttentionKind, ModelConfig
+from mxserve.engine.llm_engine import resolve_device
+from mxserve.model.deepseek_v4 import DeepseekV4Model
+from mxserve.model.forward_batch import ForwardBatch
+from mxserve.testing.tiny_configs import get_config
+
+TARGET_RATIO = 1.5  # issue 12: batch-1 decode layer time within 1.5x of its bandwidth floor
+TARGET_TOK_S = 200.0  # issue 12: projected single-stream decode
+
+
+@dataclass(frozen=True)
+class LayersBenchOptions:
+    config: str  # a name in mxserve.testing.TINY_CONFIGS ("flash", "tiny-all", ...)
+    num_layers: int
+    device: str
+    prefill_tokens: int  # 0 = skip prefill
+    decode_batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    reps: int
+    warmup: int
+    numerics: str
+    bandwidth_tb_s: float
+    peak_tflops: float
+    seed: int
+    block_size: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "reps", "block_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"bench layers: {name}={getattr(self, name)} must be positive")
+        if self.warmup < 0 or self.prefill_tokens < 0:
+            raise ValueError("bench layers: warmup and prefill_tokens must be >= 0")
+        if any(b <= 0 for b in self.decode_batches) or any(c < 0 for c in self.contexts):
+            raise ValueError(f"bench layers: batches must be positive and contexts >= 0, got "
+                             f"{list(self.decode_batches)} / {list(self.contexts)}")
+        if self.bandwidth_tb_s <= 0 or self.peak_tflops <= 0:
+            raise ValueError("bench layers: bandwidth and peak FLOP rate must be positive")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str  # "prefill 8192" / "decode b8 ctx4096"
+    phase: str  # "prefill" or "decode"
+    num_seqs: int
+    context_len: int  # tokens already in the caches
+    new_tokens: int  # per sequence
+
+
+def scenarios(opts: LayersBenchOptions) -> list[Scenario]:
+    out = [Scenario(f"prefill {opts.prefill_tokens}", "prefill", 1, 0, opts.prefill_tokens)] if opts.prefill_tokens else []
+    for context in opts.contexts:
+        for batch in opts.decode_batches:
+            out.append(Scenario(f"decode b{batch} ctx{context}", "decode", batch, context, 1))
+    return out
+
+
+def run_layers_bench(opts: LayersBenchOptions, out_json: Path, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    device = resolve_device(opts.device)
+    full = get_config(opts.config)
+    kinds = layer_plan(full, opts.num_layers)
+    config = bench_config(full, kinds)
+    start = time.perf_counter()
+    weights = random_weights(config, device, seed=opts.seed)
+    build_s = time.perf_counter() - start
+    kernels, kernel_note = engine_kernels()
+    model = DeepseekV4Model(config, weights, numerics=opts.numerics, kernels=kernels)
+    echo(f"built {len(kinds)} {opts.config} layers ({', '.join(k.value for k in kinds)}) + head on {device} in "
+         f"{build_s:.0f} s; {sum(weight_bytes(w) for w in weights.values()) / 1e9:.2f} GB of weights; kernels: "
+         f"{kernel_note}")
+    result: dict[str, Any] = {
+        "meta": _meta(opts, device, config, kinds, build_s, kernel_note, kernel_labels(kernels),
+                      model.policy.kv_cache_dtype.value),
+        "scenarios": [],
+    }
+    profiler = OpProfiler(weight_owners(model), device)
+    for scenario in scenarios(opts):
+        try:
+            row = _run_scenario(scenario, opts, model, config, kinds, weights, profiler, device)
+        except Exception as exc:  # one scenario (e.g. out of memory) must not lose the others
+            row = {"scenario": asdict(scenario), "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+            echo(f"{scenario.name}: FAILED {row['error']}")
+        else:
+            echo(_scenario_line(row))
+        result["scenarios"].append(row)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    result["projection"] = project(result["scenarios"], full, opts)
+    for line in projection_lines(result["projection"]):
+        echo(line)
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _run_scenario(scenario: Scenario, opts: LayersBenchOptions, model: DeepseekV4Model, config: ModelConfig,
+                  kinds: tuple[AttentionKind, ...], weights: dict, profiler: OpProfiler,
+                  device: torch.device) -> dict[str, Any]:
+    state = build_cache_state(config, model.policy, num_seqs=scenario.num_seqs, context_len=scenario.context_len,
+                              new_tokens=scenario.new_tokens, block_size=opts.block_size, device=device,
+                              seed=opts.seed)
+    g = torch.Generator().manual_seed(opts.seed)
+    tokens = torch.randint(0, config.vocab_size, (scenario.num_seqs, scenario.new_tokens), generator=g).tolist()
+    batch = ForwardBatch.from_chunks(tokens, list(range(scenario.num_seqs)), [scenario.context_len] * scenario.num_seqs,
+                                     logits_for="last", device=device)
+
+    def step() -> None:
+        # Re-running a step rewrites the same cache slots with the same values: every rep is the same work.
+        model.forward(batch, state)
+
+    times = time_steps(step, device, warmup=opts.warmup, reps=opts.reps)
+    total_s = median(times)
+
+    plain_kernels = model.kernels
+    model.set_kernels(profiler.kernels(plain_kernels))
+    profiler.reset()
+    try:
+        synchronize(device)
+        profiled_start = time.perf_counter()
+        step()
+        synchronize(device)
+        profiled_end = time.perf_counter()
+    finally:
+        model.set_kernels(plain_kernels)
+    spans, ops = profiler.breakdown(profiled_end)
+    scale = total_s / (profiled_end - profiled_start)  # profiled spans → plain-step seconds
+
+    kv_entry = state.layers[0].window.bytes_per_entry
+    indexer_entry = next((c.indexer.bytes_per_entry for c in state.layers if c.indexer is not None), 0)
+    layers = []
+    for layer_id, kind in enumerate(kinds):
+        owner = f"layer {layer_id}"
+        dense, experts = layer_weight_bytes(weights, layer_id)
+        routed = routed_bytes(experts, profiler.routed_expert_ids.get(owner, []))
+        cache = cache_read_bytes(config, kind, num_seqs=scenario.num_seqs, context_len=scenario.context_len,
+                                 new_tokens=scenario.new_tokens, kv_entry_bytes=kv_entry,
+                                 indexer_entry_bytes=indexer_entry)
+        flops = step_flops(config, kind, num_seqs=scenario.num_seqs, context_len=scenario.context_len,
+                           new_tokens=scenario.new_tokens)
+        layers.append(_floors(owner, kind.value, spans.get(owner, 0.0) * scale, ops.get(owner, {}),
+                              dense + routed + cache, flops, opts, {"weights": dense, "routed_experts": routed,
+                                                                    "cache": cache}))
+    rows = scenario.num_seqs  # logits rows: the last token of every sequence
+    head_bytes = sum(weight_bytes(w) for name, w in weights.items() if not name.startswith(("layers.", "embed.")))
+    head_flops = 2.0 * rows * config.vocab_size * config.hidden_size
+    head = _floors("head", "head", spans.get("head", 0.0) * scale, ops.get("head", {}), head_bytes, head_flops, opts,
+                   {"weights": head_bytes})
+    return {"scenario": asdict(scenario), "step_s": times, "step_median_s": total_s,
+            "preamble_s": (min(s for _, _, s, _ in profiler.records) - profiled_start) * scale if profiler.records else 0.0,
+            "layers": layers, "head": head}
+
+
+def _floors(owner: str, kind: str, time_s: float, ops: dict[str, float], nbytes: int, flops: float,
+            opts: LayersBenchOptions, bytes_split: dict[str, int]) -> dict[str, Any]:
+    bw_floor = nbytes / (opts.bandwidth_tb_s * 1e12)
+    flop_floor = flops / (opts.peak_tflops * 1e12)
+    return {"owner": owner, "kind": kind, "time_s": time_s, "bytes": nbytes, "bytes_split": bytes_split,
+            "bandwidth_floor_s": bw_floor, "ratio_to_bandwidth_floor": time_s / bw_floor if bw_floor else None,
+            "achieved_tb_s": nbytes / time_s / 1e12 if time_s else None, "flops": flops,
+            "compute_floor_s": flop_floor, "ops_s": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
+            "top_op": max(ops, key=ops.get) if ops else None}
+
+
+def project(rows: list[dict[str, Any]], full: ModelConfig, opts: LayersBenchOptions) -> list[dict[str, Any]]:
+    """Full-model single-stream decode per measured context (batch-1 decode scenarios only)."""
+    out = []
+    for row in rows:
+        scen = row["scenario"]
+        if "error" in row or scen["phase"] != "decode" or scen["num_seqs"] != 1:
+            continue
+        by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for layer in row["layers"]:
+            by_kind[layer["kind"]].append(layer)
+        measured = {kind: layers[0] for kind, layers in by_kind.items()}
+        total_s, floor_s, ops_s, notes = row["head"]["time_s"] + row["preamble_s"], row["head"]["bandwidth_floor_s"], \
+            defaultdict(float), []
+        for op, seconds in row["head"]["ops_s"].items():
+            ops_s[f"head {op}"] += seconds
+        for kind, count in kinds_by_frequency(full):
+            layer = measured.get(kind.value)
+            if layer is None:  # not built: borrow the cheapest related measured kind, say so
+                stand_in = next(k for k in ("hca", "csa", "sliding") if k in measured)
+                layer = measured[stand_in]
+                notes.append(f"{count} {kind.value} layers not built: timed as {stand_in} layers "
+                             f"({'an upper bound' if kind is AttentionKind.SLIDING else 'an estimate'})")
+            total_s += count * layer["time_s"]
+            floor_s += count * layer["bandwidth_floor_s"]
+            for op, seconds in layer["ops_s"].items():
+                ops_s[op] += count * seconds
+        bottleneck = max(ops_s, key=ops_s.get)
+        ratios = [layer["ratio_to_bandwidth_floor"] for layer in row["layers"]]
+        out.append({
+            "label": "PROJECTION (not a measurement): full model, one stream, one GPU's bandwidth",
+            "context_len": scen["context_len"], "step_s": total_s, "tok_s": 1.0 / total_s,
+            "bandwidth_floor_step_s": floor_s, "bandwidth_floor_tok_s": 1.0 / floor_s,
+            "bottleneck_op": bottleneck, "bottleneck_share": ops_s[bottleneck] / sum(ops_s.values()),
+            "ops_s": dict(sorted(ops_s.items(), key=lambda kv: -kv[1])), "notes": notes,
+            "layer_ratio_max": max(ratios), "hash_routing_note": "hash-routed layers timed as learned-routing ones",
+            "target_layer_ratio": TARGET_RATIO, "layer_ratio_met": max(ratios) <= TARGET_RATIO,
+            "target_tok_s": TARGET_TOK_S, "tok_s_met": 1.0 / total_s >= TARGET_TOK_S,
+        })
+    return out
+
+
+def projection_lines(projection: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for p in projection:
+        lines.append(
+            f"PROJECTION ctx {p['context_len']}: full-model single-stream decode {p['tok_s']:.2f} tok/s "
+            f"({p['step_s'] * 1e3:.1f} ms/token; bandwidth floor {p['bandwidth_floor_tok_s']:.0f} tok/s); "
+            f"held back by {p['bottleneck_op']} ({100 * p['bottleneck_share']:.0f}% of the step); worst layer "
+            f"{p['layer_ratio_max']:.1f}x its floor (target {TARGET_RATIO}x: {'met' if p['layer_ratio_met'] else 'missed'}; "
+            f"{TARGET_TOK_S:.0f} tok/s: {'met' if p['tok_s_met'] else 'missed'})")
+        lines.extend(f"  note: {n}" for n in p["notes"])
+    return lines
+
+
+def _scenario_line(row: dict[str, Any]) -> str:
+    parts = [f"{row['scenario']['name']}: step {row['step_median_s'] * 1e3:.1f} ms"]
+    for layer in [*row["layers"], row["head"]]:
+        parts.append(f"{layer['owner']} ({layer['kind']}) {layer['time_s'] * 1e3:.2f} ms = "
+                     f"{layer['ratio_to_bandwidth_floor']:.1f}x bw floor {layer['bandwidth_floor_s'] * 1e6:.0f} us, "
+                     f"top op {layer['top_op']}")
+    return "; ".join(parts)
+
+
+def summary_table(result: dict[str, Any]) -> list[str]:
+    """Markdown rows (for docs/benchmarks.md)."""
+    rows = ["| scenario | layer | time ms | bytes MB | bw floor us | x floor | TB/s | compute floor us | top op (ms) |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for row in result["scenarios"]:
+        if "error" in row:
+            rows.append(f"| {row['scenario']['name']} | - | failed: {row['error'][:80]} | | | | | | |")
+            continue
+        for layer in [*row["layers"], row["head"]]:
+            top = layer["top_op"]
+            rows.append(f"| {row['scenario']['name']} | {layer['owner']} {layer['kind']} | {layer['time_s'] * 1e3:.2f} | "
+                        f"{layer['bytes'] / 1e6:.1f} | {layer['bandwidth_floor_s'] * 1e6:.1f} | "
+                        f"{layer['ratio_to_bandwidth_floor']:.1f} | {layer['achieved_tb_s']:.3f} | "
+                        f"{layer['compute_floor_s'] * 1e6:.1f} | {top} ({layer['ops_s'].get(top, 0) * 1e3:.2f}) |")
+    return rows
+
+
+def _meta(opts: LayersBenchOptions, device: torch.device, config: ModelConfig, kinds: tuple[AttentionKind, ...],
+          build_s: float, kernel_note: str, labels: dict[str, str], kv_cache_dtype: str) -> dict[str, Any]:
+    versions = {}
+    for package in ("mxserve", "torch", "triton"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S"),
+        "command": " ".join(sys.argv), "python": platform.python_version(), "versions": versions,
+        "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+        "options": asdict(opts), "layer_kinds": [k.value for k in kinds], "weights_build_s": build_s,
+        "kernels": labels, "kernel_source": kernel_note, "numerics": opts.numerics,
+        "kv_cache_dtype": kv_cache_dtype, "hidden_size": config.hidden_size,
+        "floors": f"bandwidth {opts.bandwidth_tb_s} TB/s (copy), compute {opts.peak_tflops} TFLOP/s (bf16 dense)",
+    }
