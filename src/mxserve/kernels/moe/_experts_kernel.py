@@ -157,9 +157,8 @@ def _expert_matmul(
                 acc += blk * ws[:, None] * xs[None, :]
             else:
                 acc = _dot_part(wf8.to(tl.float32) * ws[:, None], xv, acc, DOT, X_PIECES)
-    if W_FMT == 0:
-        if not X_FP8:
-            acc = acc * 16384.0  # the 2^-14 of the widening, given back exactly
+    if W_FMT == 0 and not X_FP8:
+        acc = acc * 16384.0  # the 2^-14 of the widening, given back exactly
     return acc
 
 

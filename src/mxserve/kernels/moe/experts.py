@@ -40,12 +40,24 @@ TILES = {  # (BLOCK_M, num_warps, num_stages); BLOCK_N is 128 (one FP8 activatio
 BLOCK_N = 128
 
 
-def _packed(w: object) -> QuantizedWeight:
-    if isinstance(w, ResidentWeight) and w.source is not None:
+def packed_or_none(w: object) -> QuantizedWeight | None:
+    """The packed form of an expert matrix (a resident copy's source), None if full precision."""
+    if isinstance(w, ResidentWeight):
         w = w.source
-    if not isinstance(w, QuantizedWeight):
+    return w if isinstance(w, QuantizedWeight) else None
+
+
+def _packed(w: object) -> QuantizedWeight:
+    q = packed_or_none(w)
+    if q is None:
         raise ValueError(f"moe triton: expert weights must be quantized (MXFP4 or FP8 block), got {type(w).__name__}")
-    return w
+    return q
+
+
+def scale_spread(scales: torch.Tensor) -> int:
+    """Largest max - min of the 4 MXFP4 group scale bytes of one row's 128-K block."""
+    g = scales.to(torch.int16).reshape(*scales.shape[:-1], -1, 4)
+    return int((g.amax(-1) - g.amin(-1)).max()) if g.numel() else 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,11 +119,7 @@ class StackedExperts:
         W4A8 weight rescale is lossless up to 14 (6 binades of headroom + e4m3fn's 8 below 0.5)."""
         if self.fmt != "mxfp4":
             return 0
-        spread = 0
-        for s in (self.w1_scales, self.w3_scales, self.w2_scales):
-            g = s.to(torch.int16).reshape(*s.shape[:-1], -1, 4)
-            spread = max(spread, int((g.amax(-1) - g.amin(-1)).max()))
-        return spread
+        return max(scale_spread(s) for s in (self.w1_scales, self.w3_scales, self.w2_scales))
 
 
 _stacked: dict[int, tuple[Sequence[ExpertWeights], StackedExperts]] = {}

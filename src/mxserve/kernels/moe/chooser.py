@@ -1,0 +1,162 @@
+"""Choosing the MoE block's implementation once per layer, with reasons (architecture §4).
+
+Same shape as `mxserve.kernels.chooser` (linear): a frozen `MoESpec` says what a layer needs;
+candidates in priority order answer `is_supported(platform)` and `can_implement(spec)`, each
+with a reason; `choose_moe` returns the first that fits, naming the ones passed over. The
+override op name is "moe" (`EngineConfig.kernel_overrides["moe"]`, or
+`MXSERVE_KERNEL_OVERRIDES=moe=triton` through `parse_overrides_env`). Backends:
+
+  reference        the torch twins (always available)
+  triton           router + grouped MXFP4 kernels, weights widened to bf16 in registers
+  triton-w4a8      the same with FP8 activations on FP8 tensor cores (faithful numerics, sm_89+)
+  triton-repack    experts repacked losslessly MXFP4 → 128x128 block FP8 at load (spec §6.6)
+
+Triton is off unless forced until the issue-10 gates pass (docs/benchmarks.md, MoE section).
+`moe_kernel_slots(backend)` gives the KernelSet slot callables (route, moe_experts, expert_ffn).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from mxserve.kernels.chooser import OVERRIDES_ENV, Choice, Platform
+from mxserve.kernels.moe.reference import ExpertWeights, expert_ffn_ref, moe_experts_ref, route_ref
+
+MOE_BACKENDS = ("reference", "triton", "triton-w4a8", "triton-repack")
+W4A8_MAX_SPREAD = 14  # binades between a 128-K block's group scales that the W4A8 rescale keeps exact
+MIN_SCALE_BYTE = 16  # below, the in-register widening leaves the bf16/fp32 normal range
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    name: str  # the layer's checkpoint prefix, for the log
+    num_experts: int
+    hidden: int  # I (expert intermediate size)
+    dim: int  # D
+    layout: str | None  # routed experts: "mxfp4", "fp8_block" or None (full precision)
+    quantize_inputs: bool  # faithful numerics (FP8 activation QAT)
+    min_scale_byte: int  # smallest UE8M0 byte of the routed experts (255 if none)
+    max_group_spread: int  # largest spread of 4 group scale bytes in a row's 128-K block (MXFP4)
+
+    @classmethod
+    def of(cls, name: str, experts: Sequence[ExpertWeights], *, quantize_inputs: bool) -> MoESpec:
+        """Reads layout and scale statistics expert by expert (no stacked copy)."""
+        from mxserve.kernels.moe.experts import packed_or_none, scale_spread
+
+        hidden, dim = experts[0].w1.shape
+        packed = [packed_or_none(getattr(ex, n)) for ex in experts for n in ("w1", "w3", "w2")]
+        layouts = {None if q is None else q.layout.value for q in packed}
+        if len(layouts) != 1 or None in layouts:
+            return cls(name, len(experts), hidden, dim, None, quantize_inputs, 255, 0)
+        layout = layouts.pop()
+        min_byte = min(int(q.scales.min()) for q in packed)
+        spread = max(scale_spread(q.scales) for q in packed) if layout == "mxfp4" else 0
+        return cls(name, len(experts), hidden, dim, layout, quantize_inputs, min_byte, spread)
+
+
+class ReferenceMoE:
+    name = "reference"
+
+    def is_supported(self, platform: Platform) -> tuple[bool, str]:
+        return True, "torch reference runs everywhere"
+
+    def can_implement(self, spec: MoESpec) -> tuple[bool, str]:
+        return True, "the spec itself (fp64 accumulation)"
+
+
+class TritonMoE:
+    """The Triton MoE block in one of its variants ("triton", "triton-w4a8", "triton-repack")."""
+
+    def __init__(self, name: str, enabled: bool) -> None:
+        self.name = name
+        self.enabled = enabled
+
+    def is_supported(self, platform: Platform) -> tuple[bool, str]:
+        if not self.enabled:
+            return False, (f"off by default until the issue-10 gates pass (force with kernel_overrides "
+                           f"{{'moe': '{self.name}'}} or {OVERRIDES_ENV}=moe={self.name})")
+        if not platform.has_triton:
+            return False, "triton is not installed"
+        if platform.device_type != "cuda" or platform.is_rocm:
+            return False, f"needs an NVIDIA GPU, device is {platform.device_type}{' (ROCm)' if platform.is_rocm else ''}"
+        need = (8, 9) if self.name == "triton-w4a8" else (8, 0)
+        if platform.capability < need:
+            what = "FP8 tensor cores" if need == (8, 9) else "bf16 tensor cores"
+            return False, f"needs sm_{need[0]}{need[1]}+ for {what}, got sm_{platform.capability[0]}{platform.capability[1]}"
+        return True, f"CUDA sm_{platform.capability[0]}{platform.capability[1]}"
+
+    def can_implement(self, spec: MoESpec) -> tuple[bool, str]:
+        if spec.layout not in ("mxfp4", "fp8_block"):
+            return False, f"routed experts are {spec.layout or 'full precision'}, not MXFP4 / FP8 block"
+        if spec.hidden % 128 or spec.dim % 128:
+            return False, f"expert dims I={spec.hidden} D={spec.dim} are not multiples of 128"
+        if spec.min_scale_byte < MIN_SCALE_BYTE:
+            return False, f"a scale byte {spec.min_scale_byte} < {MIN_SCALE_BYTE} would widen to a subnormal"
+        if self.name == "triton-w4a8":
+            if not spec.quantize_inputs:
+                return False, "W4A8 needs the faithful numerics (FP8 activations); exact mode keeps bf16/fp32"
+            if spec.layout != "mxfp4":
+                return False, f"W4A8 reads MXFP4 experts, these are {spec.layout}"
+            if spec.max_group_spread > W4A8_MAX_SPREAD:
+                return False, f"group scales span {spec.max_group_spread} > {W4A8_MAX_SPREAD} binades (lossy)"
+            return True, f"{spec.num_experts} MXFP4 experts {spec.hidden}x{spec.dim}, W4A8 on FP8 tensor cores"
+        if self.name == "triton-repack":
+            if spec.layout != "mxfp4":
+                return False, f"repack reads MXFP4 experts, these are {spec.layout}"
+            return True, f"{spec.num_experts} experts repacked MXFP4 -> FP8 block, widened to bf16"
+        return True, f"{spec.num_experts} {spec.layout} experts {spec.hidden}x{spec.dim}, widened to bf16 in registers"
+
+
+def moe_candidates(forced: str | None) -> list:
+    return [TritonMoE(name, forced == name) for name in ("triton-w4a8", "triton", "triton-repack")] + [ReferenceMoE()]
+
+
+def choose_moe(spec: MoESpec, platform: Platform, *, forced: str | None = None) -> Choice:
+    """The first candidate that is supported and can implement `spec`, with its reason and the
+    reasons the ones before it were passed over. `forced` (from the overrides) turns one Triton
+    variant on (layers it cannot implement fall back to the reference, with the reason);
+    "reference" leaves only the reference."""
+    if forced not in (None, *MOE_BACKENDS):
+        raise ValueError(f"moe: unknown backend {forced!r}; known: {list(MOE_BACKENDS)}")
+    candidates = moe_candidates(forced)
+    if forced == "reference":
+        candidates = [c for c in candidates if c.name == "reference"]
+    passed_over = []
+    for cand in candidates:
+        ok, why = cand.is_supported(platform)
+        if ok:
+            ok, why = cand.can_implement(spec)
+        if ok:
+            prefix = "forced; " if forced == cand.name else ""
+            skipped = f" (passed over: {'; '.join(passed_over)})" if passed_over else ""
+            return Choice(cand.name, prefix + why + skipped)
+        passed_over.append(f"{cand.name}: {why}")
+    raise ValueError(f"moe {spec.name}: no implementation fits ({'; '.join(passed_over)})")
+
+
+def moe_kernel_slots(backend: str, *, shared_backend: str = "reference") -> dict[str, Callable]:
+    """KernelSet slots {route, moe_experts, expert_ffn} for a chosen MoE backend; each keeps its
+    reference's signature. `shared_backend` "triton" runs the shared expert on `linear_fp8_block`'s
+    Triton kernel (needs FP8 block shared-expert weights), "reference" on the torch twin."""
+    if backend not in MOE_BACKENDS:
+        raise ValueError(f"moe: unknown backend {backend!r}; known: {list(MOE_BACKENDS)}")
+    if shared_backend not in ("reference", "triton"):
+        raise ValueError(f"moe: {shared_backend=} must be 'reference' or 'triton'")
+    if backend == "reference":
+        slots = {"route": route_ref, "moe_experts": moe_experts_ref}
+    else:
+        from mxserve.kernels.moe.experts import moe_experts_triton
+        from mxserve.kernels.moe.router import route_triton
+
+        variant = "w4a8" if backend == "triton-w4a8" else "bf16"
+        experts_fn = partial(moe_experts_triton, variant=variant, repack_fp8=backend == "triton-repack")
+        slots = {"route": route_triton, "moe_experts": experts_fn}
+    if shared_backend == "triton":
+        from mxserve.kernels.moe.shared import expert_ffn_fp8
+
+        slots["expert_ffn"] = expert_ffn_fp8
+    else:
+        slots["expert_ffn"] = expert_ffn_ref
+    return slots
