@@ -67,9 +67,9 @@ def plan_cache(
 
 
 def budget_for_tokens(config: ModelConfig, policy: NumericPolicy, *, tokens: int, block_size: int,
-                      max_num_seqs: int) -> int:
+                      max_num_seqs: int, extra_window_layers: int = 0) -> int:
     """The smallest `kv_cache_memory` for which `plan_cache` fits `tokens` tokens (inverse of the plan)."""
-    page_bytes = page_bytes_per_pool(config, policy, block_size)
+    page_bytes = page_bytes_per_pool(config, policy, block_size, extra_window_layers=extra_window_layers)
     specs = deepseek_v4_pool_specs(num_blocks=1, block_size=block_size, compress_rate_csa=config.compress_rate_csa,
                                    compress_rate_hca=config.compress_rate_hca)
     per_token = sum(page_bytes[s.name] / (block_size * s.positions_per_unit) for s in specs)

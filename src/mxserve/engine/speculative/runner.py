@@ -70,6 +70,7 @@ class SpeculativeModelRunner(ModelRunner):
         self.block_width = block_width  # the static K the draft block always runs at
         self.aux_layer_ids = tuple(model.config.dspark.target_layer_ids)
         self.stats = SpecDecodeStats()
+        self.num_restored_entries = 0  # cache entries put back by rollbacks (evidence the rollback ran)
         self.drafter: Drafter = self.dspark_drafts  # replaceable (tests inject scripted drafts)
 
     # ------------------------------------------------------------------ the step
@@ -146,7 +147,8 @@ class SpeculativeModelRunner(ModelRunner):
             verdict = self._verify(chunk, proposals[rid], target, info)
             outputs[rid] = verdict.token_ids
             self.stats.record(k, verdict.num_accepted)
-            snapshots[rid].restore(chunk.end_pos + verdict.num_accepted)  # first rejected draft position
+            # first rejected draft position onwards
+            self.num_restored_entries += snapshots[rid].restore(chunk.end_pos + verdict.num_accepted)
             committed[rid] = chunk.num_tokens + verdict.num_accepted
             if info.params.logprobs is not None:
                 lp = compute_logprobs(target[: verdict.num_accepted + 1])

@@ -1,0 +1,111 @@
+"""Issue 13 acceptance: greedy outputs with and without DSpark speculation are identical, through
+the engine (continuous batching, chunked prefill, preemption), and rejected drafts leave no trace
+in any cache: target window/compressed/indexer caches, compressor state rows, DSpark windows."""
+
+from __future__ import annotations
+
+import torch
+
+from mxserve import LLM, SamplingParams
+from mxserve.engine.cache_sizing import budget_for_tokens
+from mxserve.model.forward_batch import ForwardBatch
+from tests.speculative.helpers import ScriptedDrafter, random_prompts
+
+GREEDY = dict(temperature=0, ignore_eos=True)
+
+
+def caches_of(llm: LLM) -> list[torch.Tensor]:
+    """Every byte of every target cache (window, compressed, indexer keys, compressor state rows)."""
+    out = []
+    for layer in llm.engine.runner.cache_state.layers:
+        for cache in (layer.window, layer.compressed, layer.indexer, layer.state, layer.indexer_state):
+            if cache is not None:
+                out.append(cache.buffer)
+    return out
+
+
+def test_fifty_prompts_greedy_identical_with_the_dspark_draft(tiny_0731):
+    prompts = random_prompts(50, 499, seed=1, max_len=8)
+    params = SamplingParams(max_tokens=5, **GREEDY)
+    plain = LLM(str(tiny_0731), max_model_len=64, progress=False)
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts, params)]
+    spec = LLM(str(tiny_0731), max_model_len=64, progress=False,
+               speculative_config='{"method": "dspark", "num_speculative_tokens": 3}')
+    got = [o.outputs[0].token_ids for o in spec.generate(prompts, params)]
+    assert got == want
+    stats = spec.engine.spec_decode_stats
+    # every request's first decode verified a full K=3 block (max_tokens=5 leaves room for 3 + 1)
+    assert stats.num_verifies >= 50 and len(stats.accepted_per_position) == 3
+    assert stats.mean_acceptance_length == 1 + stats.num_accepted_tokens / stats.num_verifies
+
+
+def test_partial_acceptance_under_chunked_prefill_and_batching_is_lossless(tiny_0731):
+    # prompts crossing the 32-token window, CSA ratio 4 and HCA ratio 16; a 24-token step budget
+    # interleaves prefill chunks with verify chunks of several requests
+    prompts = random_prompts(6, 499, seed=3, min_len=8, max_len=45)
+    params = SamplingParams(max_tokens=14, **GREEDY)
+    opts = dict(max_model_len=96, max_num_batched_tokens=24, long_prefill_token_threshold=16, progress=False)
+    want = [o.outputs[0].token_ids for o in LLM(str(tiny_0731), **opts).generate(prompts, params)]
+    spec = LLM(str(tiny_0731), speculative_config={"num_speculative_tokens": 4}, **opts)
+    spec.engine.runner.drafter = ScriptedDrafter(dict(zip(map(tuple, prompts), want, strict=True)), 512)
+    got = [o.outputs[0].token_ids for o in spec.generate(prompts, params)]
+    assert got == want
+    stats = spec.engine.spec_decode_stats
+    assert 0 < stats.num_accepted_tokens < stats.num_draft_tokens  # both acceptances and rejections happened
+    assert stats.mean_acceptance_length > 1.5
+
+
+def test_preemption_with_speculation_gives_identical_tokens(tiny_0731):
+    gen = torch.Generator().manual_seed(8)
+    prompts = [torch.randint(2, 499, (60,), generator=gen).tolist() for _ in range(3)]
+    params = SamplingParams(max_tokens=10, **GREEDY)
+    roomy = LLM(str(tiny_0731), max_model_len=80, progress=False)
+    want = [o.outputs[0].token_ids for o in roomy.generate(prompts, params)]
+    # barely above one max_model_len sequence (the DSpark windows charged to the window pool)
+    budget = budget_for_tokens(roomy.engine.model_config, roomy.engine.model.policy, tokens=90, block_size=16,
+                               max_num_seqs=2, extra_window_layers=3)
+    tight = LLM(str(tiny_0731), max_model_len=80, max_num_seqs=2, block_size=16, kv_cache_memory=budget,
+                progress=False, speculative_config={"num_speculative_tokens": 3})
+    tight.engine.runner.drafter = ScriptedDrafter(dict(zip(map(tuple, prompts), want, strict=True)), 512)
+    got = [o.outputs[0].token_ids for o in tight.generate(prompts, params)]
+    assert got == want
+    assert tight.engine.scheduler.stats().num_preemptions > 0
+    assert tight.engine.spec_decode_stats.num_accepted_tokens > 0
+
+
+def test_rejected_drafts_leave_every_cache_byte_identical(tiny_0731):
+    """One request (so both engines hand out the same pages): after generation, every byte of
+    every target cache equals the plain run's, and the DSpark windows equal those written by
+    one prefill over the final committed sequence."""
+    prompt = random_prompts(1, 499, seed=11, min_len=40, max_len=41)[0]
+    params = SamplingParams(max_tokens=22, **GREEDY)
+    opts = dict(max_model_len=80, block_size=16, max_num_seqs=1, progress=False)
+    plain = LLM(str(tiny_0731), **opts)
+    want = plain.generate([prompt], params)[0].outputs[0].token_ids
+    spec = LLM(str(tiny_0731), speculative_config={"num_speculative_tokens": 5}, **opts)
+    runner = spec.engine.runner
+    runner.drafter = ScriptedDrafter({tuple(prompt): want}, 512, period=4, phase=2)
+    assert spec.generate([prompt], params)[0].outputs[0].token_ids == want
+    assert 0 < runner.stats.num_accepted_tokens < runner.stats.num_draft_tokens
+    assert runner.num_restored_entries > 0  # rejected positions did write, and were put back
+    for a, b in zip(caches_of(plain), caches_of(spec), strict=True):
+        # the pools differ in page count (the spec plan charges the DSpark windows to the window
+        # pool); both engines use the lowest pages, so compare the common prefix, the rest is zero
+        n = min(a.numel(), b.numel())
+        assert torch.equal(a[:n], b[:n])
+        assert not a[n:].any() and not b[n:].any()
+
+    # DSpark windows: committed positions only, byte-equal to one prefill of the whole sequence
+    committed = prompt + want[:-1]  # the last token's position was never computed
+    state = runner.model.new_cache_state(max_sequences=1, max_positions=len(committed), block_size=16)
+    batch = ForwardBatch.from_chunks([committed], [0], [0], logits_for="last")
+    _, aux = runner.model.forward_with_aux(batch, state, runner.aux_layer_ids)
+    positions = torch.arange(len(committed))
+    fresh = type(runner.windows)(runner.model.config, runner.model.policy,
+                                 num_blocks=runner.windows[0].num_blocks, block_size=16)
+    # the engine's only request got pages 0, 1, 2, ... of the window pool, in order
+    slots = positions
+    runner.draft.write_context(fresh, aux, positions, slots)
+    for stage in range(3):
+        assert torch.equal(fresh[stage].read_bytes(slots)[0], runner.windows[stage].read_bytes(slots)[0])
+        assert torch.equal(fresh[stage].buffer, runner.windows[stage].buffer)  # nothing past the committed end
