@@ -57,7 +57,7 @@ def test_bench_layers_smoke(tmp_path):
     result = json.loads(out.read_text())
     assert result["meta"]["layer_kinds"] == ["sliding", "csa", "hca"]  # tiny-all has two of each: its order
     names = [row["scenario"]["name"] for row in result["scenarios"]]
-    assert names == ["prefill 32", "decode b1 ctx70", "decode b2 ctx70"]
+    assert names == ["decode b1 ctx70", "prefill 32", "decode b2 ctx70"]  # batch 1 first
     for row in result["scenarios"]:
         assert "error" not in row, row.get("error")
         parts = [*row["layers"], row["head"]]

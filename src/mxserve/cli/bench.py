@@ -87,6 +87,7 @@ def layers_bench(
     bandwidth: Annotated[float, typer.Option("--bandwidth-tb-s", help="Bandwidth of the floor, TB/s (default: H200 copy, measured here).")] = 4.27,
     peak_tflops: Annotated[float, typer.Option("--peak-tflops", help="Compute rate of the prefill floor, TFLOP/s (default: H200 bf16 dense, measured here).")] = 790.0,
     seed: Annotated[int, typer.Option("--seed", help="Seeds weights, caches and tokens.")] = 0,
+    time_budget: Annotated[float, typer.Option("--time-budget", help="Seconds for the scenarios; later ones are skipped, recorded as such.")] = 150.0,
     out: Annotated[Path, typer.Option("--out", help="JSON results.")] = Path("layers.json"),
 ) -> None:
     """Full-size layers with random release-format weights: step times vs their floors, and a decode projection."""
@@ -97,7 +98,8 @@ def layers_bench(
         opts = LayersBenchOptions(config=config, num_layers=layers, device=device, prefill_tokens=prefill_tokens,
                                   decode_batches=parse_int_list(batches, "--batches"),
                                   contexts=parse_int_list(contexts, "--contexts"), reps=reps, warmup=warmup,
-                                  numerics=numerics, bandwidth_tb_s=bandwidth, peak_tflops=peak_tflops, seed=seed)
+                                  numerics=numerics, bandwidth_tb_s=bandwidth, peak_tflops=peak_tflops, seed=seed,
+                                  time_budget_s=time_budget)
     except ValueError as exc:
         raise _bad(str(exc)) from None
     run_layers_bench(opts, out, echo=typer.echo)

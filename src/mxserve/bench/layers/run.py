@@ -65,6 +65,7 @@ class LayersBenchOptions:
     bandwidth_tb_s: float
     peak_tflops: float
     seed: int
+    time_budget_s: float = 150.0  # scenarios not started within this (after the weights are built) are skipped
     block_size: int = 64
 
     def __post_init__(self) -> None:
@@ -90,11 +91,13 @@ class Scenario:
 
 
 def scenarios(opts: LayersBenchOptions) -> list[Scenario]:
-    out = [Scenario(f"prefill {opts.prefill_tokens}", "prefill", 1, 0, opts.prefill_tokens)] if opts.prefill_tokens else []
-    for context in opts.contexts:
-        for batch in opts.decode_batches:
-            out.append(Scenario(f"decode b{batch} ctx{context}", "decode", batch, context, 1))
-    return out
+    """Batch-1 decodes first (the projection needs them), then the prefill, then larger batches,
+    so a run cut short by the time budget keeps what matters most."""
+    decodes = [Scenario(f"decode b{batch} ctx{context}", "decode", batch, context, 1)
+               for batch in sorted(opts.decode_batches) for context in opts.contexts]
+    prefill = [Scenario(f"prefill {opts.prefill_tokens}", "prefill", 1, 0, opts.prefill_tokens)] if opts.prefill_tokens else []
+    first = [d for d in decodes if d.num_seqs == min(opts.decode_batches)]
+    return first + prefill + [d for d in decodes if d not in first]
 
 
 def run_layers_bench(opts: LayersBenchOptions, out_json: Path, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
@@ -116,7 +119,13 @@ def run_layers_bench(opts: LayersBenchOptions, out_json: Path, *, echo: Callable
         "scenarios": [],
     }
     profiler = OpProfiler(weight_owners(model), device)
+    started = time.perf_counter()
     for scenario in scenarios(opts):
+        if time.perf_counter() - started > opts.time_budget_s:
+            result["scenarios"].append({"scenario": asdict(scenario), "error": f"skipped: the {opts.time_budget_s:.0f} s "
+                                        "time budget was spent (--time-budget)"})
+            echo(f"{scenario.name}: skipped (time budget)")
+            continue
         try:
             row = _run_scenario(scenario, opts, model, config, kinds, weights, profiler, device)
         except Exception as exc:  # one scenario (e.g. out of memory) must not lose the others
@@ -151,7 +160,9 @@ def _run_scenario(scenario: Scenario, opts: LayersBenchOptions, model: DeepseekV
         # Re-running a step rewrites the same cache slots with the same values: every rep is the same work.
         model.forward(batch, state)
 
-    times = time_steps(step, device, warmup=opts.warmup, reps=opts.reps)
+    first_s = time_steps(step, device, warmup=0, reps=1)[0]  # also the warm-up (kernel compiles, allocator)
+    # Slow steps (tens of seconds with reference kernels at full size) get one timed rep, not `reps`.
+    times = time_steps(step, device, warmup=max(0, opts.warmup - 1), reps=opts.reps if first_s < 5.0 else 1)
     total_s = median(times)
 
     plain_kernels = model.kernels
@@ -188,7 +199,7 @@ def _run_scenario(scenario: Scenario, opts: LayersBenchOptions, model: DeepseekV
     head_flops = 2.0 * rows * config.vocab_size * config.hidden_size
     head = _floors("head", "head", spans.get("head", 0.0) * scale, ops.get("head", {}), head_bytes, head_flops, opts,
                    {"weights": head_bytes})
-    return {"scenario": asdict(scenario), "step_s": times, "step_median_s": total_s,
+    return {"scenario": asdict(scenario), "first_step_s": first_s, "step_s": times, "step_median_s": total_s,
             "preamble_s": (min(s for _, _, s, _ in profiler.records) - profiled_start) * scale if profiler.records else 0.0,
             "layers": layers, "head": head}
 
