@@ -1,7 +1,7 @@
 """One DeepSeek-V4 attention block (spec §3.4) over a varlen batch, against paged caches.
 
-Order inside the layer (spec §11): projections → q per-head RMS + RoPE; kv norm + RoPE →
-window cache; compressor rows → emitted entries → compressed cache (and the indexer's own
+Order inside the layer (spec §11): projections → q per-head RMS + RoPE (`kernels.q_norm_rope`);
+kv norm + RoPE + encode → window cache (`kernels.kv_insert`, one call for the whole batch); compressor rows → emitted entries → compressed cache (and the indexer's own
 compressor → indexer key cache); indexer scores + tie-broken top-k (CSA); sparse attention
 with the sink over window ∪ compressed slots, read back through the caches' address function;
 inverse RoPE on the output; grouped wo_a; wo_b.
@@ -22,10 +22,9 @@ from mxserve.model.compressor import CompressorSpec, CompressorWeights, compress
 from mxserve.model.forward_batch import ForwardBatch, SequenceChunk
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import LayerCaches, ModelCacheState, Pool
-from mxserve.model.norms import rms_norm, unweighted_rms_norm
+from mxserve.model.norms import rms_norm
 from mxserve.model.numerics import NumericPolicy
 from mxserve.model.observer import ForwardObserver
-from mxserve.model.rope import apply_rope
 
 
 @dataclass(frozen=True)
@@ -92,38 +91,43 @@ def attention_heads(
 
     qr = rms_norm(kernels.linear(x, w.wq_a, quantize_input=qi).to(sd), w.q_norm, cfg.rms_norm_eps)
     q = kernels.linear(qr, w.wq_b, quantize_input=qi).to(sd).view(num_tokens, heads, head_dim)
-    q = apply_rope(unweighted_rms_norm(q, cfg.rms_norm_eps), positions, ctx.inv_freq)
-    kv = rms_norm(kernels.linear(x, w.wkv, quantize_input=qi).to(sd), w.kv_norm, cfg.rms_norm_eps)
-    kv = apply_rope(kv, positions, ctx.inv_freq)
+    q = kernels.q_norm_rope(q, positions, ctx.inv_freq, cfg.rms_norm_eps)
+    kv = kernels.linear(x, w.wkv, quantize_input=qi).to(sd)  # kv_norm + RoPE happen in kv_insert
+
+    # Window KV of every token, one insert for the whole batch (before any chunk's attention).
+    window_write_slots = []
+    for chunk in batch.chunks:
+        state.ensure_capacity(chunk.seq_id, chunk.end_pos)
+        rows = slice(chunk.token_offset, chunk.token_offset + chunk.num_tokens)
+        window_write_slots.append(state.slots(Pool.WINDOW, chunk.seq_id, positions[rows]))
+    kernels.kv_insert(kv, w.kv_norm, cfg.rms_norm_eps, positions, ctx.inv_freq, caches.window,
+                      torch.cat(window_write_slots) if window_write_slots else positions.new_empty(0))
 
     indexer_q = indexer_w = None
     if w.indexer is not None:
         ih, idim = cfg.index_n_heads, cfg.index_head_dim
         indexer_q = kernels.linear(qr, w.indexer.wq_b, quantize_input=qi).to(sd).view(num_tokens, ih, idim)
-        indexer_q = apply_rope(indexer_q, positions, ctx.inv_freq)
+        indexer_q = kernels.rope(indexer_q, positions, ctx.inv_freq)
         indexer_w = kernels.linear(x, w.indexer.weights_proj) * (idim**-0.5 * ih**-0.5)
 
     out = torch.empty(num_tokens, heads, head_dim, dtype=torch.float32, device=x.device)
     for chunk in batch.chunks:
         rows = slice(chunk.token_offset, chunk.token_offset + chunk.num_tokens)
         out[rows] = _attend_chunk(
-            chunk, positions[rows], x[rows], q[rows], kv[rows],
+            chunk, positions[rows], x[rows], q[rows],
             None if indexer_q is None else indexer_q[rows], None if indexer_w is None else indexer_w[rows],
             w, ctx, caches, state, observer,
         )
-    return apply_rope(out.to(sd), positions, ctx.inv_freq, inverse=True)
+    return kernels.rope(out.to(sd), positions, ctx.inv_freq, inverse=True)
 
 
 def _attend_chunk(
-    chunk: SequenceChunk, positions: torch.Tensor, x: torch.Tensor, q: torch.Tensor, kv: torch.Tensor,
+    chunk: SequenceChunk, positions: torch.Tensor, x: torch.Tensor, q: torch.Tensor,
     indexer_q: torch.Tensor | None, indexer_w: torch.Tensor | None,
     w: AttentionWeights, ctx: LayerContext, caches: LayerCaches, state: ModelCacheState,
     observer: ForwardObserver | None,
 ) -> torch.Tensor:
     cfg, policy, seq = ctx.config, ctx.policy, chunk.seq_id
-    state.ensure_capacity(seq, chunk.end_pos)
-    caches.window.write(state.slots(Pool.WINDOW, seq, positions), kv)
-
     window = torch.arange(-cfg.sliding_window + 1, 1, device=positions.device)
     window_slots = state.slots(Pool.WINDOW, seq, positions[:, None] + window[None, :])  # [T, W]
     sources = [(caches.window, window_slots)]
@@ -177,9 +181,15 @@ def _indexer_select(
     if num_entries == 0:
         return torch.empty(positions.shape[0], 0, dtype=torch.int64, device=positions.device)
     all_ids = torch.arange(num_entries, device=positions.device)
-    keys = caches.indexer.read(state.slots(Pool.INDEXER, seq, all_ids))
+    key_slots = state.slots(Pool.INDEXER, seq, all_ids)
+    keys = None
+    if observer is not None or ctx.kernels.indexer_scores_cache is None:
+        keys = caches.indexer.read(key_slots)
     if observer is not None:
         observer.on_attention_values(ctx.layer_id, seq, "indexer key cache reader", keys)
-    scores = ctx.kernels.indexer_scores(indexer_q, indexer_w, keys)  # [T, N]
+    if ctx.kernels.indexer_scores_cache is None:
+        scores = ctx.kernels.indexer_scores(indexer_q, indexer_w, keys)  # [T, N]
+    else:
+        scores = ctx.kernels.indexer_scores_cache(indexer_q, indexer_w, caches.indexer, key_slots)
     k = min(cfg.index_topk, num_entries)
     return ctx.kernels.topk(scores, k, num_valid=visible)

@@ -9,6 +9,8 @@ position m·s (the window's FIRST token) with the compress table, and written to
 
 Rows are stored before any entry is pooled, and pooling reads them back from the state cache,
 so a chunk boundary anywhere gives the same entries as one long prefill (spec §12 item 20).
+The emit step (pool → norm → RoPE → encode → insert) is one op, `kernels.compressor_emit`
+(a fused Triton kernel, or the unfused twin `fused_ref.compressor_emit_ref` by default).
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from mxserve.kernels.linear import Weight
+from mxserve.model.fused_ref import compressor_emit_ref
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
-from mxserve.model.norms import rms_norm
-from mxserve.model.rope import apply_rope
 
 
 @dataclass(frozen=True)
@@ -63,32 +64,23 @@ def compressor_step(
     `state_slots_of(pos [N]) -> slots [N]`, `entry_slots_of(s [N]) -> slots [N]` map this
     sequence's positions/entries to global cache slots (−1 for negative indices).
     """
-    m, d, width = spec.ratio, spec.dim, spec.width
+    m = spec.ratio
     a = kernels.linear(x, weights.wkv)  # fp32 [T, c·d] (the release computes these in fp32)
     z = kernels.linear(x, weights.wgate) + weights.ape.float()[positions.remainder(m)]
     state_cache.write(state_slots_of(positions), torch.cat((a, z), dim=-1))
 
+    # Per token (no host sync, a fixed shape): the entry it completes (slot −1 if none), that
+    # entry's RoPE position m·s, and the state slots of the entry's receptive field.
     completes = (positions + 1).remainder(m) == 0
-    entry_ids = torch.div(positions[completes] + 1, m, rounding_mode="floor") - 1  # [E]
-    if entry_ids.numel() == 0:
-        return
-    window = torch.arange(m, device=positions.device)
-    current = entry_ids[:, None] * m + window[None, :]  # [E, m] positions of window s
-    if spec.overlap:
-        row_positions = torch.cat((current - m, current), dim=1)  # [E, 2m]
+    entry_ids = torch.div(positions + 1, m, rounding_mode="floor") - 1  # [T]
+    entry_slots = torch.where(completes, entry_slots_of(entry_ids), -1)
+    current = entry_ids[:, None] * m + torch.arange(m, device=positions.device)[None, :]  # [T, m] window s
+    row_positions = torch.cat((current - m, current), dim=1) if spec.overlap else current
+    row_slots = state_slots_of(row_positions.reshape(-1)).view(row_positions.shape)  # −1 before position 0
+    emit_args = dict(ratio=m, overlap=spec.overlap, norm_weight=weights.norm, eps=rms_eps, inv_freq=inv_freq,
+                     out_dtype=out_dtype, round_pooled_to_bf16=round_pooled_to_bf16, entry_cache=entry_cache)
+    if kernels.compressor_emit is None:
+        compressor_emit_ref(state_cache, row_slots, entry_slots, entry_ids * m, compress_pool=kernels.compress_pool,
+                            **emit_args)
     else:
-        row_positions = current
-    rows = state_cache.read(state_slots_of(row_positions.reshape(-1))).view(*row_positions.shape, 2 * width)
-    values, logits = rows[..., :width], rows[..., width:]
-    if spec.overlap:  # previous window's A halves, current window's B halves
-        values = torch.cat((values[:, :m, :d], values[:, m:, d:]), dim=1)
-        logits = torch.cat((logits[:, :m, :d], logits[:, m:, d:]), dim=1)
-    absent = (row_positions < 0)[..., None]
-    values = values.masked_fill(absent, 0.0)
-    logits = logits.masked_fill(absent, float("-inf"))
-    pooled = kernels.compress_pool(values, logits)  # fp32 [E, d]
-    if round_pooled_to_bf16:
-        pooled = pooled.to(torch.bfloat16)
-    entries = rms_norm(pooled.to(out_dtype), weights.norm, rms_eps)
-    entries = apply_rope(entries, entry_ids * m, inv_freq)
-    entry_cache.write(entry_slots_of(entry_ids), entries)
+        kernels.compressor_emit(state_cache, row_slots, entry_slots, entry_ids * m, **emit_args)

@@ -19,6 +19,7 @@ from mxserve.kernels.linear import grouped_linear_ref, linear_ref
 from mxserve.kernels.moe import expert_ffn_ref, moe_experts_ref, route_ref
 from mxserve.kernels.sparse_attention import sparse_attention_ref
 from mxserve.kernels.topk import topk_tiebroken
+from mxserve.model.fused_ref import kv_insert_ref, q_norm_rope_ref, rope_ref
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,15 @@ class KernelSet:
     indexer_scores: Callable = indexer_scores_ref  # CSA indexer scores
     topk: Callable = topk_tiebroken  # tie-broken top-k selection
     sparse_attention: Callable = sparse_attention_ref  # attention with the sink over cache slots
+    # fused attention-side ops (issue 11; twins in mxserve.model.fused_ref, kernels in
+    # mxserve.kernels.attention_ops, chosen by mxserve.kernels.attention_chooser)
+    q_norm_rope: Callable = q_norm_rope_ref  # per-head RMS + RoPE of q
+    rope: Callable = rope_ref  # RoPE / inverse RoPE (indexer q, attention output)
+    kv_insert: Callable = kv_insert_ref  # window KV norm + RoPE + encode + insert
+    # None = the unfused composition of the slots above (compress_pool / indexer_scores on keys
+    # read through the cache), so swapping those single ops keeps working:
+    compressor_emit: Callable | None = None  # pooling + norm + RoPE + encode + insert of entries
+    indexer_scores_cache: Callable | None = None  # indexer scores against keys in the paged cache
     labels: Mapping[str, str] = field(default_factory=dict)  # op -> backend description ("reference" if absent)
 
     def label(self, op: str) -> str:
