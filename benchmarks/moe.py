@@ -1,0 +1,391 @@
+"""Roofline benchmark of the Triton MoE on the DeepSeek-V4-Flash layer (GPU only), issue 10.
+
+Layer: 256 routed experts (MXFP4, gate/up 2048x4096, down 4096x2048), top-6, plus the shared
+expert (FP8 block, same shapes). Random release-format weights (codes uniform, UE8M0 group
+scales in [112, 122]). For tokens in {1, 4, 16, 64, 256, 1024, 4096} and routing "real" (the
+Triton router on random activations and a random gate) and "worst" (every token on experts 0..5,
+so expert 0 gets all tokens) it times, under CUDA-graph replay with a different routing per call
+inside one graph (so the hit experts are not in L2 from the previous call):
+  routed part (sort + gate/up + down + combine + activation quantization) for the variants
+    bf16 (weights widened to bf16), w4a8 (FP8 tensor cores), repack (128x128 FP8 block weights),
+  the router alone, the shared expert on `linear_fp8_block`'s Triton kernel,
+  bf16 grouped matmul on the same experts (`torch._grouped_mm`, else a per-expert loop),
+  dequantize-then-matmul (eager: dequantize the hit experts to bf16, then matmul; events).
+It reports time, bytes of the experts actually hit, achieved TB/s, fraction of the measured
+copy bandwidth and of 4.27 TB/s, and same-run ratios. First it checks parity against the fp64
+torch twin (`moe_experts_ref`) at every token count and routing, and batch invariance.
+
+    PYTHONPATH=src python benchmarks/moe.py --out $OUT/moe.json      # ~2-3 min on an H200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from mxserve.formats import QuantizedWeight, WeightLayout
+from mxserve.kernels.moe import ExpertWeights, moe_experts_ref
+from mxserve.kernels.moe.experts import StackedExperts, moe_experts_triton
+from mxserve.kernels.moe.router import route_triton
+
+E, D, I, TOP_K = 256, 4096, 2048, 6
+TOKENS = (1, 4, 16, 64, 256, 1024, 4096)
+NOMINAL_TBS = 4.27e12
+LIMIT = 10.0
+DEADLINE_S = 165  # stop timing new token counts after this (the lead's run is capped at ~3 min)
+GROUPED_MM = [hasattr(torch, "_grouped_mm")]  # falls back to a per-expert loop if it fails once
+
+
+def copy_bandwidth() -> float:
+    src = torch.empty(1 << 31, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    return 2 * src.numel() / event_time(lambda: dst.copy_(src), reps=10)
+
+
+def event_time(fn, reps: int = 5) -> float:
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    return statistics.median(times)
+
+
+def graph_time(calls: list, replays: int = 10) -> float:
+    """Median seconds per call: one CUDA graph runs every closure in `calls` once."""
+    for fn in calls:
+        fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        for fn in calls:
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    return statistics.median(times) / len(calls)
+
+
+def random_layer(seed: int) -> StackedExperts:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def codes(n, k):
+        return torch.randint(0, 256, (E, n, k // 2), dtype=torch.uint8, device="cuda", generator=g)
+
+    def scales(n, k):
+        return torch.randint(112, 123, (E, n, k // 32), dtype=torch.uint8, device="cuda", generator=g)
+
+    return StackedExperts("mxfp4", codes(I, D), scales(I, D), codes(I, D), scales(I, D), codes(D, I), scales(D, I),
+                          E, I, D)
+
+
+def random_fp8_layer(seed: int) -> StackedExperts:
+    """Timing stand-in for the repacked layer: same shapes and bytes as the repack produces."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def codes(n, k):
+        c = torch.randint(0, 256, (E, n, k), dtype=torch.uint8, device="cuda", generator=g)
+        return torch.where((c & 0x7F) == 0x7F, c & 0xF0, c)  # no NaN codes
+
+    def scales(n, k):
+        return torch.randint(112, 123, (E, n // 128, k // 128), dtype=torch.uint8, device="cuda", generator=g)
+
+    return StackedExperts("fp8_block", codes(I, D), scales(I, D), codes(I, D), scales(I, D), codes(D, I),
+                          scales(D, I), E, I, D)
+
+
+def experts_view(st: StackedExperts, ids: list[int]) -> dict[int, ExpertWeights]:
+    def q(c, s, e, cols):
+        return QuantizedWeight.from_mxfp4(c[e], s[e], cols)
+
+    return {e: ExpertWeights(q(st.w1, st.w1_scales, e, D), q(st.w2, st.w2_scales, e, I), q(st.w3, st.w3_scales, e, D))
+            for e in ids}
+
+
+class _Lazy(dict):
+    """experts[e] for the reference, built on first access (the twin indexes by expert id)."""
+
+    def __init__(self, st):
+        super().__init__()
+        self.st = st
+
+    def __getitem__(self, e):
+        if e not in self:
+            self.update(experts_view(self.st, [e]))
+        return dict.__getitem__(self, e)
+
+
+def routings(num_tokens: int, count: int, gate: torch.Tensor, bias: torch.Tensor, seed: int):
+    """`count` (x, weights, ids) triples per pattern, each with fresh activations."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    real, worst = [], []
+    for _ in range(count):
+        x = (torch.randn(num_tokens, D, device="cuda", generator=g)).bfloat16()
+        w, ids = route_triton(x, gate, top_k=TOP_K, routed_scaling=1.5, bias=bias)
+        real.append((x, w, ids))
+        wid = torch.arange(TOP_K, device="cuda").repeat(num_tokens, 1)
+        worst.append((x, w, wid))
+    return {"real": real, "worst": worst}
+
+
+def dequant_bf16(st: StackedExperts, e: torch.Tensor, which: str) -> torch.Tensor:
+    """Dequantize experts e (int tensor) of one matrix to bf16 [n_e, N, K] with torch ops."""
+    codes, scales = {"w1": (st.w1, st.w1_scales), "w3": (st.w3, st.w3_scales), "w2": (st.w2, st.w2_scales)}[which]
+    c, s = codes[e], scales[e]
+    lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], device="cuda")
+    vals = torch.stack([lut[(c & 15).long()], lut[(c >> 4).long()]], dim=-1).flatten(-2)
+    sc = torch.exp2(s.float() - 127).repeat_interleave(32, dim=-1)
+    return (vals * sc).bfloat16()
+
+
+def bf16_grouped(x, ids, w, w13, w2, hit_index):
+    """bf16 grouped matmul on the hit experts: tokens sorted by expert, `torch._grouped_mm` (or a loop)."""
+    flat = ids.reshape(-1)
+    order = torch.sort(flat, stable=True).indices
+    tok = order // TOP_K
+    local = hit_index[flat[order]]
+    counts = torch.bincount(local, minlength=w13.shape[0])
+    offs = torch.cumsum(counts, 0).int()
+    xs = x[tok]
+    if GROUPED_MM[0]:
+        gu = torch._grouped_mm(xs, w13.transpose(1, 2), offs=offs)
+    else:  # per-expert loop (host-side split: eager only)
+        gu = torch.cat([a @ b.t() for a, b in zip(torch.split(xs, counts.tolist()), w13, strict=True)])
+    gate, up = gu[:, :I].float(), gu[:, I:].float()
+    h = (torch.nn.functional.silu(gate.clamp(max=LIMIT)) * up.clamp(-LIMIT, LIMIT)).bfloat16()
+    if GROUPED_MM[0]:
+        y = torch._grouped_mm(h, w2.transpose(1, 2), offs=offs)
+    else:
+        y = torch.cat([a @ b.t() for a, b in zip(torch.split(h, counts.tolist()), w2, strict=True)])
+    out = torch.zeros(x.shape[0], D, dtype=torch.float32, device="cuda")
+    out.index_add_(0, tok, y.float() * w.reshape(-1)[order][:, None])
+    return out
+
+
+def dequant_then_matmul(st, x, ids, w):
+    out = torch.zeros(x.shape[0], D, dtype=torch.float32, device="cuda")
+    for e in torch.unique(ids).tolist():
+        t, slot = torch.nonzero(ids == e, as_tuple=True)
+        et = torch.tensor([e], device="cuda")
+        w1, w3, w2 = (dequant_bf16(st, et, n)[0] for n in ("w1", "w3", "w2"))
+        xe = x[t]
+        h = torch.nn.functional.silu((xe @ w1.t()).float().clamp(max=LIMIT)) * (xe @ w3.t()).float().clamp(-LIMIT, LIMIT)
+        out.index_add_(0, t, (h * w[t, slot][:, None]).bfloat16().matmul(w2.t()).float())
+    return out
+
+
+def baselines(row: dict, st: StackedExperts, case: tuple, n: int, pattern: str) -> None:
+    """bf16 grouped matmul and dequantize-then-matmul on the experts of one routing (same run)."""
+    x, w, ids = case
+    try:
+        hit_ids = torch.unique(ids)
+        hit_index = torch.full((E,), -1, dtype=torch.long, device="cuda")
+        hit_index[hit_ids] = torch.arange(hit_ids.numel(), device="cuda")
+        w13 = torch.cat([dequant_bf16(st, hit_ids, "w1"), dequant_bf16(st, hit_ids, "w3")], dim=1)
+        w2 = dequant_bf16(st, hit_ids, "w2")
+
+        def grouped():
+            return bf16_grouped(x, ids, w, w13, w2, hit_index)
+
+        try:
+            row["bf16_grouped_us"] = graph_time([grouped], replays=5) * 1e6
+        except Exception as exc:
+            row["grouped_mm_error"] = repr(exc)[:300]
+            GROUPED_MM[0] = False
+            row["bf16_grouped_us"] = event_time(grouped) * 1e6
+        row["bf16_grouped_kind"] = "torch._grouped_mm (graph)" if GROUPED_MM[0] else "loop (eager)"
+        mine = moe_experts_triton(x, ids, w, st, limit=LIMIT, quantize_inputs=False, hidden_dtype=torch.bfloat16)
+        row["bf16_grouped_err_vs_ours"] = rel_err(grouped(), mine)
+        row["bf16_us_same_experts"] = graph_time([lambda: moe_experts_triton(
+            x, ids, w, st, limit=LIMIT, quantize_inputs=True, hidden_dtype=torch.bfloat16)], replays=5) * 1e6
+    except Exception as exc:
+        row["bf16_grouped_error"] = repr(exc)[:300]
+    if n <= 256 or pattern == "worst":
+        try:
+            row["dequant_matmul_us"] = event_time(lambda: dequant_then_matmul(st, x, ids, w), reps=3) * 1e6
+        except Exception as exc:
+            row["dequant_matmul_error"] = repr(exc)[:300]
+
+
+def rel_err(out, ref) -> float:
+    return float((out.double() - ref.double()).norm() / ref.double().norm().clamp(min=1e-300))
+
+
+def section(name, log, fn):
+    t0 = time.time()
+    try:
+        fn()
+    except Exception as exc:  # the lead gets one run: report and continue
+        traceback.print_exc()
+        log.append({"kind": "error", "section": name, "error": repr(exc)[:500]})
+    print(f"[{name}: {time.time() - t0:.1f} s]", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS))
+    args = ap.parse_args()
+    assert torch.cuda.is_available(), "benchmarks/moe.py needs a GPU"
+    t_start = time.time()
+    log: list[dict] = []
+    st = random_layer(1)
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    gate = (torch.randn(E, D, device="cuda", generator=gen) * 0.02).bfloat16()
+    bias = torch.randn(E, device="cuda", generator=gen) * 0.01
+    per_expert_bytes = st.nbytes_per_expert
+    ceiling = {}
+    section("copy bandwidth", log, lambda: ceiling.setdefault("copy", copy_bandwidth()))
+    copy_bw = ceiling.get("copy", NOMINAL_TBS)
+    print(f"copy bandwidth {copy_bw / 1e12:.2f} TB/s; one expert {per_expert_bytes / 1e6:.2f} MB", flush=True)
+    fp8 = {}
+    section("fp8 stand-in layer", log, lambda: fp8.setdefault("st", random_fp8_layer(3)))
+
+    # parity against the fp64 twin: every token count and routing, variants bf16 and w4a8
+    ref_experts = _Lazy(st)
+
+    def parity():
+        for n in args.tokens:
+            for pattern, cases in routings(min(n, 1024), 1, gate, bias, seed=10 + n).items():
+                x, w, ids = cases[0]
+                ref = moe_experts_ref(x, ids, w, ref_experts, limit=LIMIT, quantize_inputs=True,
+                                      hidden_dtype=torch.bfloat16)
+                row = {"kind": "parity", "tokens": x.shape[0], "routing": pattern}
+                for variant in ("bf16", "w4a8"):
+                    out = moe_experts_triton(x, ids, w, st, limit=LIMIT, quantize_inputs=True,
+                                             hidden_dtype=torch.bfloat16, variant=variant)
+                    row[variant] = rel_err(out, ref)
+                    row[variant + "_nan"] = bool(torch.isnan(out).any())
+                if x.shape[0] <= 64:
+                    ref_x = moe_experts_ref(x.float(), ids, w, ref_experts, limit=LIMIT, quantize_inputs=False)
+                    out = moe_experts_triton(x.float(), ids, w, st, limit=LIMIT, quantize_inputs=False)
+                    row["exact_fp32"] = rel_err(out, ref_x)
+                log.append(row)
+                print(json.dumps(row), flush=True)
+    section("parity", log, parity)
+
+    def invariance():
+        cases = routings(257, 1, gate, bias, seed=99)["real"]
+        x, w, ids = cases[0]
+        for variant in ("bf16", "w4a8"):
+            full = moe_experts_triton(x, ids, w, st, limit=LIMIT, quantize_inputs=True, hidden_dtype=torch.bfloat16,
+                                      variant=variant)
+            same = True
+            for m in (1, 7, 64):
+                part = moe_experts_triton(x[:m], ids[:m], w[:m], st, limit=LIMIT, quantize_inputs=True,
+                                          hidden_dtype=torch.bfloat16, variant=variant)
+                same &= torch.equal(part, full[:m])
+            row = {"kind": "invariance", "variant": variant, "bit_identical_M_1_7_64_vs_257": bool(same)}
+            log.append(row)
+            print(json.dumps(row), flush=True)
+        r_full, i_full = route_triton(x, gate, top_k=TOP_K, routed_scaling=1.5, bias=bias)
+        r1, i1 = route_triton(x[:1], gate, top_k=TOP_K, routed_scaling=1.5, bias=bias)
+        log.append({"kind": "invariance", "variant": "router",
+                    "bit_identical_M_1_vs_257": bool(torch.equal(r1, r_full[:1]) and torch.equal(i1, i_full[:1]))})
+        print(json.dumps(log[-1]), flush=True)
+    section("batch invariance", log, invariance)
+
+    def timing():
+        shared = {}
+        section("shared expert weights", log, lambda: shared.update(
+            {n: QuantizedWeight.quantize(torch.randn(*shape, device="cuda") * 0.02, WeightLayout.FP8_BLOCK)
+             for n, shape in (("w1", (I, D)), ("w3", (I, D)), ("w2", (D, I)))}))
+        for n in args.tokens:
+            if time.time() - t_start > DEADLINE_S:
+                log.append({"kind": "error", "section": "timing", "error": f"deadline: skipped tokens={n}"})
+                print(log[-1], flush=True)
+                continue
+            reps = 8 if n <= 64 else (3 if n <= 1024 else 1)
+            for pattern, cases in routings(n, reps, gate, bias, seed=1000 + n).items():
+                row = {"kind": "time", "tokens": n, "routing": pattern}
+                hit = [int(torch.unique(ids).numel()) for _, _, ids in cases]
+                row["hit_experts"] = statistics.mean(hit)
+                row["hit_bytes"] = row["hit_experts"] * per_expert_bytes
+                for variant, layer in (("bf16", st), ("w4a8", st), ("repack", fp8.get("st"))):
+                    if layer is None:
+                        continue
+                    v = "w4a8" if variant == "w4a8" else "bf16"
+                    try:
+                        calls = [lambda c=c, v=v, layer=layer: moe_experts_triton(
+                            c[0], c[2], c[1], layer, limit=LIMIT, quantize_inputs=True, hidden_dtype=torch.bfloat16,
+                            variant=v) for c in cases]
+                        row[f"{variant}_us"] = graph_time(calls) * 1e6
+                    except Exception as exc:
+                        row[f"{variant}_error"] = repr(exc)[:300]
+                if pattern == "real":
+                    try:
+                        calls = [lambda c=c: route_triton(c[0], gate, top_k=TOP_K, routed_scaling=1.5, bias=bias)
+                                 for c in cases]
+                        row["router_us"] = graph_time(calls) * 1e6
+                    except Exception as exc:
+                        row["router_error"] = repr(exc)[:300]
+                    if shared:
+                        try:
+                            from mxserve.kernels.moe.shared import expert_ffn_fp8
+                            sh = ExpertWeights(shared["w1"], shared["w2"], shared["w3"])
+                            calls = [lambda c=c, sh=sh: expert_ffn_fp8(c[0], sh, limit=LIMIT, quantize_inputs=True,
+                                                                hidden_dtype=torch.bfloat16) for c in cases]
+                            row["shared_us"] = graph_time(calls) * 1e6
+                        except Exception as exc:
+                            row["shared_error"] = repr(exc)[:300]
+                baselines(row, st, cases[0], n, pattern)
+                if "bf16_us" in row:
+                    row["bf16_TBs"] = row["hit_bytes"] / (row["bf16_us"] * 1e-6) / 1e12
+                    row["bf16_frac_copy"] = row["bf16_TBs"] * 1e12 / copy_bw
+                    row["bf16_frac_4.27"] = row["bf16_TBs"] * 1e12 / NOMINAL_TBS
+                if "w4a8_us" in row:
+                    row["w4a8_TBs"] = row["hit_bytes"] / (row["w4a8_us"] * 1e-6) / 1e12
+                log.append(row)
+                print(json.dumps(row), flush=True)
+    section("timing", log, timing)
+
+    print("\nMoE layer (256 experts, top-6, 4096->2048->4096), times in us, faithful numerics")
+    hdr = ("tok", "routing", "hit", "MB", "bf16", "w4a8", "repack", "TB/s", "%copy", "router", "shared",
+           "bf16mm", "x bf16mm", "deq+mm", "x deq")
+    print(" ".join(f"{h:>8}" for h in hdr))
+    for r in log:
+        if r.get("kind") != "time":
+            continue
+        best = min(r.get(k, float("inf")) for k in ("bf16_us", "w4a8_us"))
+        cells = [r["tokens"], r["routing"], f"{r['hit_experts']:.0f}", f"{r['hit_bytes'] / 1e6:.0f}",
+                 *(f"{r[k]:.1f}" if k in r else "-" for k in ("bf16_us", "w4a8_us", "repack_us")),
+                 f"{r['hit_bytes'] / (best * 1e-6) / 1e12:.2f}" if best < float("inf") else "-",
+                 f"{100 * r['hit_bytes'] / (best * 1e-6) / copy_bw:.0f}" if best < float("inf") else "-",
+                 *(f"{r[k]:.1f}" if k in r else "-" for k in ("router_us", "shared_us", "bf16_grouped_us")),
+                 f"{r['bf16_grouped_us'] / r['bf16_us_same_experts']:.2f}" if "bf16_grouped_us" in r else "-",
+                 f"{r['dequant_matmul_us']:.0f}" if "dequant_matmul_us" in r else "-",
+                 f"{r['dequant_matmul_us'] / best:.1f}" if "dequant_matmul_us" in r and best < float("inf") else "-"]
+        print(" ".join(f"{c!s:>8}" for c in cells))
+    errors = [r for r in log if r.get("kind") == "error"]
+    print(f"\n{len(errors)} section errors; total {time.time() - t_start:.0f} s")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"copy_bandwidth": copy_bw, "per_expert_bytes": per_expert_bytes,
+                                        "rows": log}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
