@@ -53,7 +53,7 @@ def test_decode_chunks_reserve_k_draft_slots_and_accepted_tokens_advance_the_req
     chunk = step.chunks[0]
     assert (chunk.start_pos, chunk.num_tokens, chunk.num_draft_tokens, step.total_num_tokens) == (3, 1, 3, 4)
     assert sched.block_manager.num_positions(req) == 7  # pages cover the anchor and 3 drafts
-    with pytest.raises(ValueError, match="1..4"):
+    with pytest.raises(ValueError, match=r"1\.\.4"):
         sched.update_from_output(step, RunnerOutput({"a": (1, 2, 3, 4, 5)}))
     updates = sched.update_from_output(step, RunnerOutput({"a": (9, 10, 11)}))  # 2 accepted + 1
     assert updates[0].new_token_ids == (9, 10, 11)
