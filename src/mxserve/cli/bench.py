@@ -87,7 +87,7 @@ def layers_bench(
     bandwidth: Annotated[float, typer.Option("--bandwidth-tb-s", help="Bandwidth of the floor, TB/s (default: H200 copy, measured here).")] = 4.27,
     peak_tflops: Annotated[float, typer.Option("--peak-tflops", help="Compute rate of the prefill floor, TFLOP/s (default: H200 bf16 dense, measured here).")] = 790.0,
     seed: Annotated[int, typer.Option("--seed", help="Seeds weights, caches and tokens.")] = 0,
-    time_budget: Annotated[float, typer.Option("--time-budget", help="Seconds for the scenarios; later ones are skipped, recorded as such.")] = 150.0,
+    time_budget: Annotated[float, typer.Option("--time-budget", help="Seconds for the scenarios; later ones are skipped, recorded as such.")] = 120.0,
     out: Annotated[Path, typer.Option("--out", help="JSON results.")] = Path("layers.json"),
 ) -> None:
     """Full-size layers with random release-format weights: step times vs their floors, and a decode projection."""

@@ -65,7 +65,7 @@ class LayersBenchOptions:
     bandwidth_tb_s: float
     peak_tflops: float
     seed: int
-    time_budget_s: float = 150.0  # scenarios not started within this (after the weights are built) are skipped
+    time_budget_s: float = 120.0  # scenarios not started within this (after the weights are built) are skipped
     block_size: int = 64
 
     def __post_init__(self) -> None:
@@ -260,7 +260,7 @@ def projection_lines(projection: list[dict[str, Any]]) -> list[str]:
     lines = []
     for p in projection:
         lines.append(
-            f"PROJECTION ctx {p['context_len']}: full-model single-stream decode {p['tok_s']:.2f} tok/s "
+            f"PROJECTION ctx {p['context_len']}: full-model single-stream decode {p['tok_s']:.3g} tok/s "
             f"({p['step_s'] * 1e3:.1f} ms/token; bandwidth floor {p['bandwidth_floor_tok_s']:.0f} tok/s); "
             f"held back by {p['bottleneck_op']} ({100 * p['bottleneck_share']:.0f}% of the step); worst layer "
             f"{p['layer_ratio_max']:.1f}x its floor (target {TARGET_RATIO}x: {'met' if p['layer_ratio_met'] else 'missed'}; "
