@@ -42,6 +42,10 @@ def run(
     kv_cache_dtype: Annotated[str | None, typer.Option("--kv-cache-dtype", help="fp8_ds_mla, bf16 or fp32.")] = None,
     max_model_len: Annotated[int, typer.Option("--max-model-len", help="Context length per request.")] = 4096,
     cpu_threads: Annotated[int | None, typer.Option("--cpu-threads", help="CPU threads (default: 1 for small models).")] = None,
+    tensor_parallel_size: Annotated[int, typer.Option(
+        "--tensor-parallel-size", "-tp", help="Ranks: one process per device (CPU ranks on the CPU).")] = 1,
+    enable_expert_parallel: Annotated[bool, typer.Option(
+        "--enable-expert-parallel", help="Partition the routed experts over the ranks instead of splitting each.")] = False,
 ) -> None:
     """Chat with a DeepSeek-V4 checkpoint (default: the small model shipped with mxserve)."""
     from mxserve.engine.llm import LLM
@@ -52,6 +56,7 @@ def run(
         started = time.monotonic()
         llm = LLM(None if model is None else str(model), device=device, numerics=numerics,
                   kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len, cpu_threads=cpu_threads,
+                  tensor_parallel_size=tensor_parallel_size, enable_expert_parallel=enable_expert_parallel,
                   progress=show_progress())
     except ValueError as exc:
         typer.echo(f"error: {' '.join(str(exc).split())}", err=True)

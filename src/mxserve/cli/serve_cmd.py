@@ -34,6 +34,10 @@ def serve(
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
     numerics: Annotated[str, typer.Option("--numerics", help="faithful (release QAT) or exact (fp32 oracle).")] = "faithful",
     seed: Annotated[int, typer.Option("--seed", help="Seeds requests that bring no seed.")] = 0,
+    tensor_parallel_size: Annotated[int, typer.Option(
+        "--tensor-parallel-size", "-tp", help="Ranks: one process per device (CPU ranks on the CPU).")] = 1,
+    enable_expert_parallel: Annotated[bool, typer.Option(
+        "--enable-expert-parallel", help="Partition the routed experts over the ranks instead of splitting each.")] = False,
     max_pending_requests: Annotated[int, typer.Option(
         "--max-pending-requests", help="Engine requests queued or running before new ones get 503.")] = 1024,
     max_body_bytes: Annotated[int, typer.Option("--max-body-bytes", help="Larger request bodies get 413.")] = 8 << 20,
@@ -50,7 +54,8 @@ def serve(
                                      kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
                                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                      long_prefill_token_threshold=long_prefill_token_threshold,
-                                     seed=seed)
+                                     seed=seed, tensor_parallel_size=tensor_parallel_size,
+                                     enable_expert_parallel=enable_expert_parallel)
         names = tuple(served_model_name or (_default_name(model),))
         server_config = ServerConfig(served_model_names=names, api_key=api_key, max_body_bytes=max_body_bytes,
                                      max_pending_requests=max_pending_requests, shutdown_grace_s=shutdown_grace)

@@ -46,6 +46,8 @@ class EngineConfig:
     kernel_overrides: dict[str, str] = field(default_factory=dict)  # op name → backend ("reference", ...)
     seed: int = 0  # seeds requests that bring none (per-request seeds are drawn from it)
     cpu_threads: int | None = None  # torch intra-op threads on the CPU; None = auto (1 for small models)
+    tensor_parallel_size: int = 1  # ranks (one process per device, CPU ranks on the CPU); docs/parallelism.md
+    enable_expert_parallel: bool = False  # routed experts partitioned whole over the ranks (else split like dense)
     # DSpark speculative decoding (docs/speculative.md): a SpeculativeConfig, its dict or JSON
     # string (`{"method": "dspark", "num_speculative_tokens": 7}`); None = off. Parsed once below.
     speculative_config: SpeculativeConfig | dict | str | None = None
@@ -55,10 +57,12 @@ class EngineConfig:
             return ValueError(f"EngineConfig.{name}={getattr(self, name)!r}: {why}")
 
         for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold",
-                     "block_size"):
+                     "block_size", "tensor_parallel_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise bad(name, "must be a positive integer")
+        if not isinstance(self.enable_expert_parallel, bool):
+            raise bad("enable_expert_parallel", "must be True or False")
         if self.numerics not in NUMERICS:
             raise bad("numerics", f"must be one of {NUMERICS}")
         if self.kv_cache_dtype is not None and self.kv_cache_dtype not in KV_CACHE_DTYPES:

@@ -30,12 +30,14 @@ from mxserve.distributed.worker import (
     RankReport,
     RankWorker,
     Ready,
+    Rebuild,
     Shutdown,
     Step,
     WorkerSpec,
     worker_process_main,
 )
 from mxserve.model.forward_batch import ForwardBatch
+from mxserve.model.kv_state import Pool, units_for
 from mxserve.model.numerics import NumericPolicy
 
 logger = logging.getLogger("mxserve.distributed")
@@ -135,6 +137,16 @@ class DistributedExecutor:
         self._conns[0].send(message)
         return self._receive(timeout_s=float("inf"))
 
+    def rebuild(self, spec: WorkerSpec) -> None:
+        """Load another checkpoint / plan on the same ranks (tests compare several without respawning)."""
+        if spec.parallel.tensor_parallel_size != len(self.reports):
+            raise ValueError(f"rebuild keeps the world size ({len(self.reports)} ranks), got "
+                             f"tensor_parallel_size={spec.parallel.tensor_parallel_size}")
+        ready = self.call(Rebuild(spec))
+        if not isinstance(ready, Ready):
+            raise WorkerError(f"rank 0 answered a rebuild with {type(ready).__name__}")
+        self.reports = ready.reports
+
     def init_caches(self, num_blocks: Mapping[str, int] | int, block_size: int, *, manage_tables: bool) -> None:
         self.call(InitCaches(num_blocks, block_size, manage_tables))
 
@@ -203,6 +215,16 @@ class RemoteModel:
 
     def forward(self, batch: ForwardBatch, state: RemoteCacheState) -> torch.Tensor:
         return self.executor.forward(batch, state.drain())
+
+    def new_cache_state(self, *, max_sequences: int, max_positions: int, block_size: int = 64,
+                        device: torch.device | str = "cpu") -> RemoteCacheState:
+        """`DeepseekV4Model.new_cache_state` for the ranks: fresh caches with rank-managed tables, so
+        the single-process loops (`mxserve.model.greedy`) run unchanged on a parallel model."""
+        del device  # the ranks allocate on their own devices
+        counts = {pool.value: max_sequences * max(1, -(-units_for(self.config, pool, max_positions) // block_size))
+                  for pool in Pool}
+        self.executor.init_caches(counts, block_size, manage_tables=True)
+        return RemoteCacheState()
 
     def close(self) -> None:
         self.executor.close()

@@ -70,6 +70,11 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Rebuild:
+    spec: WorkerSpec  # load another checkpoint or plan on the same ranks (same world size)
+
+
+@dataclass(frozen=True)
 class Shutdown:
     pass
 
@@ -106,8 +111,14 @@ class RankWorker:
             backend = "nccl" if spec is not None and spec.device == "cuda" else "gloo"
         self.groups: ParallelGroups = init_world(rank=rank, world_size=world_size, init_method=init_method,
                                                  backend=backend)
+        self.backend = backend
         spec = self.groups.broadcast_object(spec)  # type: ignore[assignment]
-        assert isinstance(spec, WorkerSpec)
+        self.build(spec)  # type: ignore[arg-type]
+
+    def build(self, spec: WorkerSpec) -> None:
+        """Load this rank's shards of `spec`'s checkpoint and build its model (caches come with InitCaches)."""
+        if not isinstance(spec, WorkerSpec):
+            raise TypeError(f"expected a WorkerSpec, got {type(spec).__name__}")
         self.spec = spec
         rank = self.groups.rank
         if spec.device == "cuda":
@@ -120,7 +131,7 @@ class RankWorker:
                 torch.set_num_threads(spec.cpu_threads)
         reader = CheckpointReader(spec.model_dir)
         self.plan = ShardingPlan.build(reader.config, spec.parallel)
-        add_attention_groups(self.groups, self.plan, backend)
+        add_attention_groups(self.groups, self.plan, self.backend)
         weights = load_rank_weights(reader, self.plan, rank)
         weight_bytes = weight_nbytes(weights)
         if self.device.type != "cpu":
@@ -137,6 +148,9 @@ class RankWorker:
         self.state: ModelCacheState | None = None
 
     def handle(self, message: object) -> object | None:
+        if isinstance(message, Rebuild):
+            self.build(message.spec)
+            return Ready(tuple(self.groups.gather_objects(self.report)))  # type: ignore[arg-type]
         if isinstance(message, InitCaches):
             self.state = ModelCacheState(self.model.config, self.model.policy, num_blocks=message.num_blocks,
                                          block_size=message.block_size, manage_tables=message.manage_tables,
@@ -207,5 +221,5 @@ def _relay(worker: RankWorker, conn) -> None:
         conn.send(reply)
 
 
-__all__ = ["Failure", "InitCaches", "RankReport", "RankWorker", "Ready", "Shutdown", "Step", "WorkerSpec",
+__all__ = ["Failure", "InitCaches", "RankReport", "RankWorker", "Ready", "Rebuild", "Shutdown", "Step", "WorkerSpec",
            "worker_process_main"]

@@ -23,6 +23,14 @@ from mxserve.config import ConfigError
 from mxserve.config.engine_config import EngineConfig
 from mxserve.config.scheduler_config import SchedulerConfig
 from mxserve.config.speculative_config import SpeculativeConfig
+from mxserve.distributed import (
+    DistributedExecutor,
+    ParallelConfig,
+    RemoteCacheState,
+    RemoteModel,
+    ShardingPlan,
+    WorkerSpec,
+)
 from mxserve.engine.block_manager import BlockManager
 from mxserve.engine.cache_sizing import CachePlan, plan_cache
 from mxserve.engine.detokenizer import IncrementalDetokenizer
@@ -39,6 +47,7 @@ from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.dspark import DraftWindows, DSparkDraft
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import ModelCacheState
+from mxserve.model.numerics import NumericPolicy
 
 logger = logging.getLogger("mxserve.engine")
 
@@ -105,6 +114,10 @@ class LLMEngine:
         model_dir = resolve_model_dir(config.model)
         reader = CheckpointReader(model_dir)
         self.model_config = reader.config
+        self.executor: DistributedExecutor | None = None
+        if config.tensor_parallel_size > 1 or config.enable_expert_parallel:
+            self._init_distributed(reader, model_dir, progress)
+            return
         weights = reader.load(progress=progress and sys.stderr.isatty())
         if self.device.type != "cpu":
             weights = {name: w.to(self.device) for name, w in weights.items()}
@@ -136,6 +149,57 @@ class LLMEngine:
         self._sample_owner: dict[str, str] = {}  # scheduler request id → user request id
         self._seed_rng = random.Random(config.seed)
         logger.info("%s (%s numerics, device %s)", self.cache_plan.startup_line(), config.numerics, self.device)
+
+    def _init_distributed(self, reader: CheckpointReader, model_dir: Path, progress: bool) -> None:
+        """Tensor/expert parallelism (docs/parallelism.md): one process per rank loads its shards; the
+        scheduler, sampler and detokenizer stay here, in the driver."""
+        config = self.config
+        if config.speculative_config is not None:
+            raise ValueError("speculative decoding does not run with tensor_parallel_size > 1 or expert parallelism yet")
+        if config.kernel_overrides:
+            raise ValueError(f"kernel_overrides={config.kernel_overrides} are not passed to parallel ranks yet")
+        parallel = ParallelConfig(config.tensor_parallel_size, config.enable_expert_parallel)
+        ShardingPlan.build(reader.config, parallel)  # a config that cannot split fails here, before any process
+        reader.validate(progress=progress and sys.stderr.isatty())  # once, in the driver; ranks only map shards
+        self.tokenizer = Tokenizer.from_dir(model_dir) if (model_dir / "tokenizer.json").exists() else None
+        inventory = reader.inventory
+        num_params = sum(s.out_features * s.in_features for s in inventory.linears.values())
+        resident = self.device.type == "cpu" and 8 * num_params <= _RESIDENT_LIMIT_BYTES
+        threads = config.cpu_threads or (1 if resident else None)
+        spec = WorkerSpec(str(model_dir), parallel, config.numerics, config.kv_cache_dtype, resident,
+                          self.device.type, threads)
+        self.executor = DistributedExecutor.spawn(spec)
+        for r in self.executor.reports:
+            logger.info("rank %d (%s): %.1f MiB of weight shards, %.1f MiB resident", r.rank, r.device,
+                        r.weight_bytes / 2**20, r.resident_bytes / 2**20)
+        logger.info("%s", self.executor.reports[0].plan)
+        self.model = RemoteModel(reader.config, NumericPolicy.for_mode(config.numerics, config.kv_cache_dtype),
+                                 self.executor)
+        self.max_model_len = min(config.max_model_len, self.model_config.max_position_embeddings)
+        self.num_speculative_tokens = 0
+        free = [r.free_device_bytes for r in self.executor.reports if r.free_device_bytes is not None]
+        budget = config.kv_cache_memory or (int(min(free) * config.gpu_memory_utilization) if free
+                                            else _CPU_DEFAULT_CACHE_BYTES)
+        self.cache_plan = plan_cache(self.model_config, self.model.policy, budget_bytes=budget,
+                                     block_size=config.block_size, max_num_seqs=config.max_num_seqs,
+                                     max_model_len=self.max_model_len)
+        self.executor.init_caches(self.cache_plan.num_blocks, config.block_size, manage_tables=False)
+        self.scheduler = Scheduler(
+            SchedulerConfig(max_model_len=self.max_model_len, max_num_batched_tokens=config.max_num_batched_tokens,
+                            long_prefill_token_threshold=config.long_prefill_token_threshold,
+                            max_num_seqs=config.max_num_seqs),
+            BlockManager(self.cache_plan.pool_specs),
+        )
+        self.runner = ModelRunner(self.model, RemoteCacheState(), torch.device("cpu"))  # logits arrive on the CPU
+        self._requests, self._sample_owner = {}, {}
+        self._seed_rng = random.Random(config.seed)
+        logger.info("%s (%s numerics, %d ranks on %s, every rank holds these caches)", self.cache_plan.startup_line(),
+                    config.numerics, parallel.tensor_parallel_size, self.device.type)
+
+    def close(self) -> None:
+        """Stop the rank processes of a parallel engine (idempotent; nothing to do in one process)."""
+        if self.executor is not None:
+            self.executor.close()
 
     def _build_runner(self, weights, cache_state: ModelCacheState, resident: bool) -> ModelRunner:
         """The plain runner, or the speculative one with the DSpark draft and its stage windows."""
