@@ -13,9 +13,11 @@ block-table changes the driver's block manager makes, and the next step carries 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import multiprocessing
+import os
 import socket
 import time
 from collections.abc import Hashable, Mapping, Sequence
@@ -42,12 +44,18 @@ from mxserve.model.numerics import NumericPolicy
 
 logger = logging.getLogger("mxserve.distributed")
 
+TORCHRUN_FLAG = "MXSERVE_TORCHRUN_RANK0"  # set by `python -m mxserve.cli.launch` on torchrun's rank 0
 _POLL_S = 0.2  # how often the driver checks that the ranks are alive while it waits
 _STARTUP_TIMEOUT_S = 1800.0  # loading a 160 GB checkpoint is slow; a dead rank is noticed at once
 
 
 class WorkerError(RuntimeError):
     """A rank failed (startup or step); the message names the rank and its exception."""
+
+
+def torchrun_backend() -> str:
+    """NCCL where the rank sees a GPU, else gloo; MXSERVE_DIST_BACKEND overrides (same on every rank)."""
+    return os.environ.get("MXSERVE_DIST_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
 
 
 def _free_tcp_port() -> int:
@@ -65,6 +73,11 @@ class DistributedExecutor:
         self._closed = False
 
     # ------------------------------------------------------------------ start
+    @classmethod
+    def start(cls, spec: WorkerSpec) -> DistributedExecutor:
+        """Join torchrun's group as rank 0 when launched by `mxserve.cli.launch`, else spawn the ranks."""
+        return cls.in_process(spec) if os.environ.get(TORCHRUN_FLAG) == "1" else cls.spawn(spec)
+
     @classmethod
     def spawn(cls, spec: WorkerSpec) -> DistributedExecutor:
         self = cls()
@@ -91,6 +104,7 @@ class DistributedExecutor:
             self.close()
             raise WorkerError(f"rank 0 answered the start with {type(ready).__name__}")
         self.reports = ready.reports
+        atexit.register(self.close)  # let the ranks leave their process group cleanly
         return self
 
     @classmethod
@@ -98,11 +112,19 @@ class DistributedExecutor:
         """Under torchrun: this process is rank 0 (RANK=0 in the environment); the other ranks run
         `python -m mxserve.distributed.launch` and follow it."""
         self = cls()
-        backend = "nccl" if spec.device == "cuda" else "gloo"
+        backend = torchrun_backend()
+        if (backend == "nccl") != (spec.device == "cuda"):
+            raise ValueError(f"the torchrun ranks use {backend} (MXSERVE_DIST_BACKEND or GPU presence) but the "
+                             f"engine's device is {spec.device}")
+        world_size = int(os.environ.get("WORLD_SIZE", "0"))
+        if world_size != spec.parallel.tensor_parallel_size:
+            raise ValueError(f"torchrun started {world_size} ranks, tensor_parallel_size is "
+                             f"{spec.parallel.tensor_parallel_size}")
         self._local = RankWorker(spec, backend=backend)
         if self._local.groups.rank != 0:
             raise WorkerError(f"the in-process executor must be rank 0, this process is rank {self._local.groups.rank}")
         self.reports = tuple(self._local.groups.gather_objects(self._local.report))  # type: ignore[arg-type]
+        atexit.register(self.close)  # the other ranks wait for rank 0's Shutdown
         return self
 
     # ------------------------------------------------------------------ messages

@@ -168,7 +168,7 @@ class LLMEngine:
         threads = config.cpu_threads or (1 if resident else None)
         spec = WorkerSpec(str(model_dir), parallel, config.numerics, config.kv_cache_dtype, resident,
                           self.device.type, threads)
-        self.executor = DistributedExecutor.spawn(spec)
+        self.executor = DistributedExecutor.start(spec)
         for r in self.executor.reports:
             logger.info("rank %d (%s): %.1f MiB of weight shards, %.1f MiB resident", r.rank, r.device,
                         r.weight_bytes / 2**20, r.resident_bytes / 2**20)
