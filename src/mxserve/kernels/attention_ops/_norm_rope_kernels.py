@@ -59,21 +59,40 @@ def _rope_pairs(x, pos, inv_freq_ptr, ROPE_START: tl.constexpr, ROPE_PAIRS: tl.c
 @triton.jit
 def _head_norm_rope_kernel(
     x_ptr, out_ptr, pos_ptr, inv_freq_ptr, H, stride_xt, stride_xh, stride_ot, stride_oh, eps,
-    HEAD_DIM: tl.constexpr, BLOCK_P: tl.constexpr, ROPE_PAIRS: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr, ROPE_PAIRS: tl.constexpr,
     DO_NORM: tl.constexpr, INVERSE: tl.constexpr, OUT_BF16: tl.constexpr,
 ):
-    """out[t, h] = rope(unweighted_rms(x[t, h])) (or just rope / inverse rope), one row per program."""
+    """out[t, h] = rope(unweighted_rms(x[t, h])) (or just rope / inverse rope) for BLOCK_H heads
+    of one token per program, as [BLOCK_H, pairs, 2] tiles (same arithmetic as `_rope_pairs`)."""
     t = tl.program_id(0)
-    h = tl.program_id(1)
-    cols = 2 * tl.arange(0, BLOCK_P)[:, None] + tl.arange(0, 2)[None, :]
-    cm = cols < HEAD_DIM
-    x = tl.load(x_ptr + t * stride_xt + h * stride_xh + cols, mask=cm, other=0.0).to(tl.float32)
+    hh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    pair = tl.arange(0, BLOCK_P)
+    j = tl.arange(0, 2)
+    cols = 2 * pair[:, None] + j[None, :]  # [P, 2]
+    m = (hh < H)[:, None, None] & (cols < HEAD_DIM)[None, :, :]
+    x = tl.load(x_ptr + t * stride_xt + hh[:, None, None] * stride_xh + cols[None, :, :], mask=m, other=0.0)
+    x = x.to(tl.float32)
     if DO_NORM:
-        x = _round_to(x * _rms_scale(x, HEAD_DIM, eps), OUT_BF16)
-    pos = tl.load(pos_ptr + t)
-    y = _round_to(_rope_pairs(x, pos, inv_freq_ptr, HEAD_DIM // 2 - ROPE_PAIRS, ROPE_PAIRS, BLOCK_P, INVERSE),
-                  OUT_BF16)
-    tl.store(out_ptr + t * stride_ot + h * stride_oh + cols, y.to(out_ptr.dtype.element_ty), mask=cm)
+        x64 = x.to(tl.float64)
+        ms = tl.sum(tl.sum(x64 * x64, axis=2), axis=1) / HEAD_DIM
+        r = (1.0 / tl.sqrt(ms + eps)).to(tl.float32)
+        x = _round_to(x * r[:, None, None], OUT_BF16)
+    i = pair - (HEAD_DIM // 2 - ROPE_PAIRS)
+    is_rope = (i >= 0) & (i < ROPE_PAIRS)
+    f = tl.load(inv_freq_ptr + tl.where(is_rope, i, 0), mask=is_rope, other=0.0)
+    ang = tl.load(pos_ptr + t).to(tl.float32) * f
+    c = tl.cos(ang.to(tl.float64)).to(tl.float32)[None, :]
+    s = tl.sin(ang.to(tl.float64)).to(tl.float32)[None, :]
+    if INVERSE:
+        s = -s
+    ev = tl.sum(tl.where(j[None, None, :] == 0, x, 0.0), axis=2)
+    od = tl.sum(tl.where(j[None, None, :] == 1, x, 0.0), axis=2)
+    new_e = ev * c - od * s
+    new_o = ev * s + od * c
+    rot = tl.where(j[None, None, :] == 0, new_e[:, :, None], new_o[:, :, None])
+    y = _round_to(tl.where(is_rope[None, :, None], rot, x), OUT_BF16)
+    tl.store(out_ptr + t * stride_ot + hh[:, None, None] * stride_oh + cols[None, :, :],
+             y.to(out_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit

@@ -55,10 +55,12 @@ def _head_rows(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
     rows = x.reshape(x.shape[0], -1, x.shape[-1])  # [T, H, d]; a view for the usual layouts
     out = torch.empty_like(rows)
     if rows.numel():
-        _head_norm_rope_kernel[(rows.shape[0], rows.shape[1])](
+        # -- launch parameters: a few heads per program (fewer programs; the interpreter's cost is per program)
+        block_h = min(triton.next_power_of_2(rows.shape[1]), 16 if interpreting() else 4)
+        _head_norm_rope_kernel[(rows.shape[0], triton.cdiv(rows.shape[1], block_h))](
             rows, out, positions, inv_freq.to(device=x.device, dtype=torch.float32).contiguous(), rows.shape[1],
             rows.stride(0), rows.stride(1), out.stride(0), out.stride(1), eps,
-            HEAD_DIM=x.shape[-1], BLOCK_P=_block_pairs(x.shape[-1]), ROPE_PAIRS=inv_freq.numel(),
+            HEAD_DIM=x.shape[-1], BLOCK_P=_block_pairs(x.shape[-1]), BLOCK_H=block_h, ROPE_PAIRS=inv_freq.numel(),
             DO_NORM=norm, INVERSE=inverse, OUT_BF16=x.dtype == torch.bfloat16, **_launch_opts(),
         )
     return out.view(x.shape)
