@@ -46,6 +46,9 @@ def run(
         "--tensor-parallel-size", "-tp", help="Ranks: one process per device (CPU ranks on the CPU).")] = 1,
     enable_expert_parallel: Annotated[bool, typer.Option(
         "--enable-expert-parallel", help="Partition the routed experts over the ranks instead of splitting each.")] = False,
+    speculative_config: Annotated[str | None, typer.Option(
+        "--speculative-config", help='DSpark speculative decoding as JSON, e.g. \'{"method": "dspark", '
+        '"num_speculative_tokens": 7}\' (keys: draft_sample_method, rejection_sample_method); docs/speculative.md.')] = None,
 ) -> None:
     """Chat with a DeepSeek-V4 checkpoint (default: the small model shipped with mxserve)."""
     from mxserve.engine.llm import LLM
@@ -57,7 +60,7 @@ def run(
         llm = LLM(None if model is None else str(model), device=device, numerics=numerics,
                   kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len, cpu_threads=cpu_threads,
                   tensor_parallel_size=tensor_parallel_size, enable_expert_parallel=enable_expert_parallel,
-                  progress=show_progress())
+                  speculative_config=speculative_config, progress=show_progress())
     except ValueError as exc:
         typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None

@@ -43,6 +43,9 @@ def serve(
     max_body_bytes: Annotated[int, typer.Option("--max-body-bytes", help="Larger request bodies get 413.")] = 8 << 20,
     shutdown_grace: Annotated[float, typer.Option(
         "--shutdown-grace", help="Seconds in-flight requests get to finish on SIGINT/SIGTERM before they are aborted.")] = 10.0,
+    speculative_config: Annotated[str | None, typer.Option(
+        "--speculative-config", help='DSpark speculative decoding as JSON, e.g. \'{"method": "dspark", '
+        '"num_speculative_tokens": 7}\' (keys: draft_sample_method, rejection_sample_method); docs/speculative.md.')] = None,
 ) -> None:
     """Serve a DeepSeek-V4 checkpoint over an OpenAI-compatible HTTP API."""
     from mxserve.config.engine_config import EngineConfig
@@ -55,7 +58,8 @@ def serve(
                                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                      long_prefill_token_threshold=long_prefill_token_threshold,
                                      seed=seed, tensor_parallel_size=tensor_parallel_size,
-                                     enable_expert_parallel=enable_expert_parallel)
+                                     enable_expert_parallel=enable_expert_parallel,
+                                     speculative_config=speculative_config)
         names = tuple(served_model_name or (_default_name(model),))
         server_config = ServerConfig(served_model_names=names, api_key=api_key, max_body_bytes=max_body_bytes,
                                      max_pending_requests=max_pending_requests, shutdown_grace_s=shutdown_grace)
