@@ -208,6 +208,11 @@ class LinearDispatcher:
             from mxserve.kernels.linear.reference import linear_ref
 
             return linear_ref(x, weight, quantize_input=quantize_input)
+        return self.linear_impl(x, w, quantize_input)
+
+    @staticmethod
+    def linear_impl(x: torch.Tensor, w: object, quantize_input: bool) -> torch.Tensor:
+        """The Triton linear on an already prepared weight."""
         if isinstance(w, QuantizedWeight):
             from mxserve.kernels.linear_fp8_block.triton import linear_fp8_block_triton
 
@@ -222,6 +227,39 @@ class LinearDispatcher:
             from mxserve.kernels.linear.reference import grouped_linear_ref
 
             return grouped_linear_ref(x, weight)
+        return self.grouped_impl(x, w)
+
+    @staticmethod
+    def grouped_impl(x: torch.Tensor, w: object) -> torch.Tensor:
         from mxserve.kernels.linear_fp8_block.triton import grouped_linear_fp8_block_triton
 
         return grouped_linear_fp8_block_triton(x, w)
+
+    def compare_with_reference(self, *, rows: int = 4, seed: int = 0) -> list[tuple[str, str, float]]:
+        """(layer, variant, normwise relative error) of every Triton layer against the torch
+        reference on random activations: weight-only for every layer, W8A8 too for FP8 layers
+        (`mxserve verify`'s kernels stage)."""
+        import torch as _torch
+
+        from mxserve.kernels.linear.reference import grouped_linear_ref, linear_ref
+
+        results = []
+        gen = _torch.Generator().manual_seed(seed)
+        for name, backend, w in self._by_id.values():
+            if backend != "triton":
+                continue
+            out_f, in_f = w.shape
+            device = w.device
+            if name.endswith(".wo_a"):
+                groups = next(g for g in range(16, 0, -1) if out_f % g == 0 and (out_f // g) % 128 == 0)
+                x = _torch.randn(rows, groups, in_f, generator=gen).to(device).bfloat16()
+                cases = [("grouped", self.grouped_impl(x, w), grouped_linear_ref(x, w))]
+            else:
+                x = _torch.randn(rows, in_f, generator=gen).to(device).bfloat16()
+                cases = [("weight-only", self.linear_impl(x, w, False), linear_ref(x, w))]
+                if isinstance(w, QuantizedWeight):
+                    cases.append(("w8a8", self.linear_impl(x, w, True), linear_ref(x, w, quantize_input=True)))
+            for variant, out, ref in cases:
+                err = float((out.double() - ref.double()).norm() / ref.double().norm().clamp(min=1e-300))
+                results.append((name, variant, err))
+        return results

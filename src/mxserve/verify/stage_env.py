@@ -26,10 +26,17 @@ def _version(package: str) -> str:
 
 
 def selected_backends(device: str) -> dict[str, str]:
-    """Backend each op will run with. Today every op has only its torch reference; linear runs as
-    'reference-resident' (decoded once) for small CPU models — still the reference math."""
-    return {op: backends[0] if op != "linear" else "reference / reference-resident"
-            for op, backends in KERNEL_BACKENDS.items()}
+    """Backend each op will run with (before the engine loads): the references, except what
+    MXSERVE_KERNEL_OVERRIDES forces; linear runs as 'reference-resident' (decoded once) for small
+    CPU models, and forced 'triton' is chosen per layer at load (the kernels stage lists it)."""
+    from mxserve.kernels.chooser import parse_overrides_env
+
+    forced = parse_overrides_env()
+    selected = {op: backends[0] if op != "linear" else "reference / reference-resident"
+                for op, backends in KERNEL_BACKENDS.items()}
+    if forced.get("linear") == "triton":
+        selected["linear"] = "triton per layer where it fits (forced), reference elsewhere"
+    return selected
 
 
 def run_env(session: VerifySession) -> StageResult:

@@ -35,7 +35,23 @@ LAYER_MAX_REL = 0.25  # measured <= 0.145
 MAX_MEAN_LOGPROB_DELTA_NATS = 0.1  # measured 0.030
 
 
+KERNEL_MAX_REL = {"weight-only": 1e-5, "grouped": 1e-5, "w8a8": 1e-3}  # H200: 1.2e-7 / 3.9e-7 / 1.3e-4 measured
+
+
 def run_kernels(session: VerifySession) -> StageResult:
+    llm = getattr(session, "llm", None)
+    linear = llm.engine.model.kernels.linear if llm is not None else None
+    if hasattr(linear, "compare_with_reference"):  # the engine's per-layer dispatcher (issue 9)
+        results = linear.compare_with_reference()
+        if results:
+            failures = [f"{name} {variant}: rel. error {err:.2e} > {KERNEL_MAX_REL[variant]:.0e}"
+                        for name, variant, err in results if not err <= KERNEL_MAX_REL[variant]]
+            worst = {v: max(e for _n, vv, e in results if vv == v) for v in {r[1] for r in results}}
+            evidence = [f"linear: {linear.label()}",
+                        f"{len(results)} Triton layer comparisons vs the torch reference, worst per variant: "
+                        + ", ".join(f"{v} {e:.2e}" for v, e in sorted(worst.items()))]
+            return StageResult.judged("kernels", failures, evidence, {"selected": {"linear": linear.label()},
+                                                                       "worst_rel_error": worst})
     backends = selected_backends(session.options.device)
     non_reference = {op: b for op, b in backends.items() if not b.startswith("reference")}
     if not non_reference:

@@ -54,8 +54,8 @@ def first_mismatch(a: torch.Tensor, b: torch.Tensor) -> str:
     return f"first mismatch at {at}: {a[at].item()!r} vs {b[at].item()!r}"
 
 
-@pytest.mark.parametrize("n,k", [(64, 128), (200, 300), (130, 700), (256, 1024)])
-@pytest.mark.parametrize("m", [0, 1, 5, 17, 70])
+@pytest.mark.parametrize("n,k", [(64, 128), (200, 300), (130, 700)])
+@pytest.mark.parametrize("m", [0, 1, 17, 70])
 @pytest.mark.parametrize("quantize_input", [False, True])
 def test_parity_with_twin(n: int, k: int, m: int, quantize_input: bool) -> None:
     w = weight(n, k, seed=n + k)

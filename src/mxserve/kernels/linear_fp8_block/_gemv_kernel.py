@@ -25,7 +25,7 @@ def _gemv_fma_kernel(
     x_ptr, w_ptr, ws_ptr, lut_ptr, out_ptr,
     M, N, K,
     stride_xm, stride_wn, stride_wsn, stride_os, stride_om,
-    KB_PER_GROUP: tl.constexpr,
+    KB_PER_GROUP,  # runtime: no recompile per layer shape
     BLOCK_M: tl.constexpr,  # rows held (1, 2 or 4); rows >= M are masked
     BLOCK_N: tl.constexpr,  # divides 128: one weight-scale row per program
     W_LUT: tl.constexpr,  # widen through the 256-entry fp32 value table (e4m3fnuz)

@@ -116,7 +116,7 @@ def _block_partial(
 def _group_partial(
     x_ptr, xs_ptr, w_ptr, ws_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, scale_row, kb0, num_kb, K,
     stride_xm, stride_xsm, stride_wn,
-    KB_PER_GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    KB_PER_GROUP, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     X_MODE: tl.constexpr, X_PIECES: tl.constexpr, DOT: tl.constexpr, W_KIND: tl.constexpr,
 ):
     """Sum over the group's K blocks kb0 .. kb0+KB_PER_GROUP-1 (those < num_kb), each block's
@@ -142,8 +142,8 @@ def _blockdot_kernel(
     stride_xm, stride_xg, stride_xsm, stride_xsg, stride_wn, stride_wsn, stride_os, stride_om,
     NUM_SPLITS,
     M_BUCKET,  # unused by the code: the prefill autotuner's key (power-of-two bucket of M)
-    KB_PER_GROUP: tl.constexpr,  # 128-K blocks per summation group (from N, K only)
-    NUM_GROUPS: tl.constexpr,  # ceil(ceil(K/128) / KB_PER_GROUP)
+    KB_PER_GROUP,  # 128-K blocks per summation group (from N, K only; runtime: no recompile per shape)
+    NUM_GROUPS,  # ceil(ceil(K/128) / KB_PER_GROUP)
     SPLIT: tl.constexpr,  # True: one group per program (split-K grid), partials to out[split]
     BLOCK_M: tl.constexpr,  # tokens per tile (16 at decode)
     BLOCK_N: tl.constexpr,  # output features per tile; divides 128 (one scale row per tile)
