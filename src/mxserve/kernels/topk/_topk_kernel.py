@@ -37,8 +37,10 @@ def _topk_kernel(
     u = (key ^ -2147483648).to(tl.uint32, bitcast=True)  # monotone unsigned
     kk = tl.minimum(k, tl.sum(valid.to(tl.int32), axis=0))
     t = tl.full([], 0, tl.uint32)
-    for i in range(32):
-        cand = t | (tl.full([], 1, tl.uint32) << (31 - i))
+    bit = tl.full([], 2147483648, tl.uint32)  # 2^31, halved each step
+    for _ in range(32):
+        cand = t | bit
+        bit = bit >> 1
         cnt = tl.sum((valid & (u >= cand)).to(tl.int32), axis=0)
         t = tl.where(cnt >= kk, cand, t)
     gt = valid & (u > t)
