@@ -30,10 +30,11 @@ from mxserve.model.forward_batch import ForwardBatch
 NUM_SPECIAL = 14  # tokenizer ids 0..13 are the DeepSeek-V4 special tokens (train_tokenizer.py)
 
 
-def held_out_prompts(text: str, count: int, words: int = 8) -> list[tuple[str, str]]:
-    """(prompt text, full verse) for `count` verses evenly spaced over the held-out text."""
+def held_out_prompts(text: str, count: int, words: int = 8, offset: float = 0.0) -> list[tuple[str, str]]:
+    """(prompt text, full verse) for `count` verses evenly spaced over the held-out text; `offset`
+    (a fraction of the spacing) shifts the picks, so a disjoint prompt set can select checkpoints."""
     verses = [line for line in text.splitlines() if line[:1].isdigit() and len(line.split()) > words + 4]
-    picks = [verses[i * len(verses) // count] for i in range(count)]
+    picks = [verses[int((i + offset) * len(verses) / count)] for i in range(count)]
     return [(" ".join(v.split()[: words + 1]), v) for v in picks]
 
 
@@ -64,10 +65,13 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--numerics", default="faithful", choices=["faithful", "exact"])
     p.add_argument("--reference", action="store_true", help="decode with DeepseekV4Model instead of the engine")
+    p.add_argument("--offset", type=float, default=0.0,
+                   help="shift the picks by this fraction of their spacing (0.5: a prompt set disjoint from the "
+                        "acceptance set, for choosing between training runs)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     tok = Tokenizer.from_dir(args.model)
-    prompts = held_out_prompts(args.heldout.read_text(encoding="utf-8"), args.count)
+    prompts = held_out_prompts(args.heldout.read_text(encoding="utf-8"), args.count, offset=args.offset)
     ids = [[tok.bos_token_id, *tok.encode(text)] for text, _ in prompts]
     if args.reference:
         reader = CheckpointReader(args.model)

@@ -138,6 +138,27 @@ class LoadBalancer:
 
 
 @torch.no_grad()
+def load_init_weights(model, hf_dir: Path) -> None:
+    """Copy a previous run's saved weights (every tensor, strictly by name) into `model`. The save is
+    read back by transformers itself, which undoes the checkpoint renaming save_pretrained applied."""
+    from transformers import DeepseekV4ForCausalLM
+
+    saved = DeepseekV4ForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+    model.load_state_dict(saved.state_dict(), strict=True)
+
+
+def unlikelihood_loss(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Token-level unlikelihood: mean over positions of -sum_c log(1 - p(c)), c ranging over the
+    tokens seen earlier in the sequence (up to and including the current one) except the true next
+    token. logits [B, T, V] predict x[:, 1:]."""
+    logits, targets = logits[:, :-1].float(), x[:, 1:]
+    probs = logits.softmax(dim=-1)
+    seen = torch.zeros_like(probs, dtype=torch.int32).scatter_(2, x[:, :-1, None], 1).cumsum(dim=1) > 0
+    seen.scatter_(2, targets[:, :, None], False)
+    penalty = -torch.log1p(-probs.clamp(max=1 - 1e-5)) * seen
+    return penalty.sum(dim=-1).mean()
+
+
 def add_residual_dropout(model, p: float) -> None:
     """Dropout on each decoder layer's attention and MoE outputs (training mode only; eval and the
     saved weights are unaffected). The blocks return a tensor or a tuple whose first item is the output."""
@@ -212,6 +233,12 @@ def main() -> None:
     p.add_argument("--experts-impl", default="eager", help="transformers experts backend (eager, grouped_mm, ...)")
     p.add_argument("--max-shard-size", default="14MB")
     p.add_argument("--tokenizer", type=Path, default=PACKAGE_DIR, help="directory with tokenizer.json")
+    p.add_argument("--init", type=Path, default=None,
+                   help="start from the weights of a previous run's bf16 save (its hf/ directory)")
+    p.add_argument("--unlikelihood-alpha", type=float, default=0.0,
+                   help="weight of token-level unlikelihood training (Welleck et al. 2019): pushes down the "
+                        "probability of tokens already in the context that are not the next token, the remedy "
+                        "for greedy repetition loops; 0 = plain language-model loss")
     p.add_argument("--residual-dropout", type=float, default=0.0,
                    help="dropout on every attention and MoE block output while training (regularises a model "
                         "that is far larger than its corpus)")
@@ -228,6 +255,8 @@ def main() -> None:
     print(f"train tokens {stream.numel()}, eval windows {tuple(eval_windows.shape)}", flush=True)
 
     _config, model = build_model(args.seed, args.experts_impl)
+    if args.init is not None:
+        load_init_weights(model, args.init)
     model.to(device).train()
     add_residual_dropout(model, args.residual_dropout)
     num_params = sum(p.numel() for p in model.parameters())
@@ -256,7 +285,10 @@ def main() -> None:
                 group["lr"] = lr
             x = batches.next(args.batch_size).to(device, non_blocking=True)
             with torch.autocast(device_type=device, dtype=torch.bfloat16):
-                loss = model(input_ids=x, labels=x).loss
+                out = model(input_ids=x, labels=x)
+            loss = out.loss
+            if args.unlikelihood_alpha > 0:
+                loss = loss + args.unlikelihood_alpha * unlikelihood_loss(out.logits, x)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
