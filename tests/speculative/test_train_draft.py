@@ -14,7 +14,7 @@ import torch
 from mxserve import default_model_path
 from mxserve.model.checkpoint import CheckpointReader, to_full_precision
 from mxserve.model.deepseek_v4 import DeepseekV4Model
-from mxserve.model.dspark import DSparkDraft, DraftWindows
+from mxserve.model.dspark import DraftWindows, DSparkDraft
 from mxserve.model.forward_batch import ForwardBatch
 from mxserve.model.kv_state import Pool
 from mxserve.testing import random_checkpoint

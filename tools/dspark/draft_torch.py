@@ -210,15 +210,15 @@ class TrainableDraft(nn.Module):
             ids = torch.topk(scores + self.bias(s), cfg.num_experts_per_tok, dim=-1).indices
         picked = scores.gather(1, ids)
         weights = picked / picked.sum(-1, keepdim=True) * cfg.routed_scaling_factor
-        out = torch.zeros_like(x2)
+        out = torch.zeros(x2.shape, dtype=torch.float32, device=x2.device)  # fp32 sum of expert outputs
         for e in range(cfg.n_routed_experts):
             rows, slot = torch.nonzero(ids == e, as_tuple=True)
             if rows.numel() == 0:
                 continue
             h = self._expert(x2[rows], f"{f}experts.{e}.") * weights[rows, slot, None].to(x2.dtype)
-            out = out.index_add(0, rows, self._lin(h, f"{f}experts.{e}.w2"))
+            out = out.index_add(0, rows, self._lin(h, f"{f}experts.{e}.w2").float())
         if cfg.n_shared_experts:
-            out = out + self._lin(self._expert(x2, f"{f}shared_experts."), f"{f}shared_experts.w2")
+            out = out + self._lin(self._expert(x2, f"{f}shared_experts."), f"{f}shared_experts.w2").float()
         if loads is not None:
             loads.append(torch.bincount(ids.flatten(), minlength=cfg.n_routed_experts).float())
         return out.view(shape)

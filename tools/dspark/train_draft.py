@@ -40,14 +40,14 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from draft_torch import TrainableDraft  # noqa: E402
-from export_draft import with_dspark, write_draft_checkpoint  # noqa: E402
-from target_features import target_features  # noqa: E402
+from draft_torch import TrainableDraft
+from export_draft import with_dspark, write_draft_checkpoint
+from target_features import target_features
 
-from mxserve import LLM, SamplingParams  # noqa: E402
-from mxserve.config import DSparkConfig  # noqa: E402
-from mxserve.engine.tokenizer import Tokenizer  # noqa: E402
-from mxserve.model.checkpoint import CheckpointReader, to_full_precision  # noqa: E402
+from mxserve import LLM, SamplingParams
+from mxserve.config import DSparkConfig
+from mxserve.engine.tokenizer import Tokenizer
+from mxserve.model.checkpoint import CheckpointReader, to_full_precision
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -244,7 +244,6 @@ def main(argv: list[str] | None = None) -> dict:
     rows, evals, step = [], [], 0
     train_end = t_start + args.time_budget_s
     last_eval = time.monotonic()
-    eval_gen = torch.Generator().manual_seed(args.seed + 1)
 
     def evaluate() -> None:
         draft.eval()
