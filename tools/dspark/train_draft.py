@@ -289,6 +289,8 @@ def main(argv: list[str] | None = None) -> dict:
     write_draft_checkpoint(args.model, args.out, config, draft.release_tensors())
     CheckpointReader(args.out).validate()
     print(f"wrote {args.out} (validate() passed)", flush=True)
+    (out_log / "summary.json").write_text(json.dumps({"steps": step, "evals": evals, "real_acceptance": "pending",
+                                                       "features_s": round(t_feat, 1), "train_s": round(t_train, 1)}))
     prompt_gen = torch.Generator().manual_seed(args.seed + 3)
     prompts = make_windows(held_stream, args.final_prompts, 48, tok.bos_token_id, prompt_gen).tolist()
     final = real_acceptance(args.out, prompts, args.final_new_tokens, [int(k) for k in args.final_ks.split(",")],
