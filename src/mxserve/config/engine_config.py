@@ -22,11 +22,13 @@ KERNEL_BACKENDS: dict[str, tuple[str, ...]] = {
     # "triton": linear_fp8_block's Triton kernel on FP8_BLOCK layers (CUDA), chosen per layer by
     # mxserve.kernels.chooser; off unless forced until it passes the issue-9 gates
     "linear": ("reference", "reference-resident", "triton"),
-    "moe": ("reference",),
-    "sparse_attention": ("reference",),
-    "indexer": ("reference",),
-    "compressor": ("reference",),
-    "topk": ("reference",),
+    # MoE block per layer (mxserve.kernels.moe.chooser): router + grouped MXFP4 experts widened to
+    # bf16 ("triton"), FP8 activations on FP8 tensor cores ("triton-w4a8", faithful, sm_89+), or
+    # experts repacked MXFP4 -> FP8 block at first use ("triton-repack"); off unless forced (issue 10)
+    "moe": ("reference", "triton", "triton-w4a8", "triton-repack"),
+    # every fused attention op at once (mxserve.kernels.attention_chooser: q RMS + RoPE, window-KV
+    # insert, compressor emit, indexer scores, top-k, sparse attention); off unless forced (issue 11)
+    "attention": ("reference", "triton"),
 }
 
 
@@ -89,7 +91,7 @@ class EngineConfig:
             if backend not in KERNEL_BACKENDS[op]:
                 raise ValueError(
                     f"EngineConfig.kernel_overrides[{op!r}]={backend!r}: unknown backend; available: "
-                    f"{list(KERNEL_BACKENDS[op])} (Triton backends land with the kernel issues)"
+                    f"{list(KERNEL_BACKENDS[op])}"
                 )
 
     def replace(self, **changes: Any) -> EngineConfig:

@@ -34,6 +34,7 @@ from mxserve.distributed import (
 from mxserve.engine.block_manager import BlockManager
 from mxserve.engine.cache_sizing import CachePlan, plan_cache
 from mxserve.engine.detokenizer import IncrementalDetokenizer
+from mxserve.engine.kernel_selection import resolve_overrides, with_moe_and_attention
 from mxserve.engine.model_runner import ModelRunner, RequestSampling
 from mxserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprobs
 from mxserve.engine.request import FinishReason, Request
@@ -130,6 +131,10 @@ class LLMEngine:
                                      kernels=self._linear_kernel_set(weights))
         max_model_len = min(config.max_model_len, self.model_config.max_position_embeddings)
         self.max_model_len = max_model_len
+        # MoE and attention backends (reference unless forced), chosen once and logged with reasons
+        self.model.set_kernels(with_moe_and_attention(
+            self.model, self.model.kernels, device=self.device, overrides=resolve_overrides(config.kernel_overrides),
+            max_model_len=max_model_len))
         self.num_speculative_tokens = speculative_k(config.speculative_config, self.model_config)
         self.cache_plan: CachePlan = plan_cache(
             self.model_config, self.model.policy, budget_bytes=self._cache_budget(), block_size=config.block_size,

@@ -27,7 +27,8 @@ def stage_table(options: VerifyOptions) -> list[tuple[str, StageFn]]:
     from mxserve.verify.stage_determinism import run_determinism
     from mxserve.verify.stage_env import run_env
     from mxserve.verify.stage_generate import run_generate
-    from mxserve.verify.stage_layers import run_kernels, run_layers
+    from mxserve.verify.stage_kernels import run_kernels
+    from mxserve.verify.stage_layers import run_layers
     from mxserve.verify.stage_quality import run_quality
 
     stages: list[tuple[str, StageFn]] = [

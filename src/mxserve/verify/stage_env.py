@@ -28,7 +28,8 @@ def _version(package: str) -> str:
 def selected_backends(device: str) -> dict[str, str]:
     """Backend each op will run with (before the engine loads): the references, except what
     MXSERVE_KERNEL_OVERRIDES forces; linear runs as 'reference-resident' (decoded once) for small
-    CPU models, and forced 'triton' is chosen per layer at load (the kernels stage lists it)."""
+    CPU models; forced Triton linear/moe are chosen per layer and attention once at load (the
+    kernels stage lists what the engine actually chose)."""
     from mxserve.kernels.chooser import parse_overrides_env
 
     forced = parse_overrides_env()
@@ -36,6 +37,10 @@ def selected_backends(device: str) -> dict[str, str]:
                 for op, backends in KERNEL_BACKENDS.items()}
     if forced.get("linear") == "triton":
         selected["linear"] = "triton per layer where it fits (forced), reference elsewhere"
+    if forced.get("moe", "reference") != "reference":  # chosen per layer at load (mxserve.engine.kernel_selection)
+        selected["moe"] = f"{forced['moe']} per layer where it fits (forced), reference elsewhere"
+    if forced.get("attention", "reference") != "reference":
+        selected["attention"] = "triton where it fits (forced; CUDA, or the interpreter under TRITON_INTERPRET=1)"
     return selected
 
 

@@ -1,8 +1,4 @@
-"""Stages `kernels` and `layers`: the selected backends against the torch references.
-
-`kernels`: every selected non-reference kernel against its torch reference on the model's real
-shapes and weights. Today only reference backends exist, so there is nothing to compare: the
-stage reports N/A ("only reference kernels selected") and never pretends to a comparison.
+"""Stage `layers` (the `kernels` stage is `mxserve.verify.stage_kernels`).
 
 `layers`: per-layer hidden-state agreement on a real prompt (held-out text crossing the sliding
 window and the first HCA entry). With only reference backends, "selected vs reference" would
@@ -25,42 +21,14 @@ from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.forward_batch import ForwardBatch
 from mxserve.verify.comparators import compare_logits, first_divergent_layer, topk_overlap
 from mxserve.verify.observers import FiniteCheckObserver, LayerCapture, NonFiniteValue, TeeObserver
-from mxserve.verify.report import StageResult, Status
+from mxserve.verify.report import StageResult
 from mxserve.verify.session import VerifySession
-from mxserve.verify.stage_env import selected_backends
+from mxserve.verify.stage_kernels import engine_selection
 from mxserve.verify.texts import heldout_prompt
 
 LAYER_MIN_COSINE = 0.995  # measured >= 0.9990 on the default model (CPU, 160 tokens)
 LAYER_MAX_REL = 0.25  # measured <= 0.145
 MAX_MEAN_LOGPROB_DELTA_NATS = 0.1  # measured 0.030
-
-
-KERNEL_MAX_REL = {"weight-only": 1e-5, "grouped": 1e-5, "w8a8": 1e-3}  # H200: 1.2e-7 / 3.9e-7 / 1.3e-4 measured
-
-
-def run_kernels(session: VerifySession) -> StageResult:
-    llm = getattr(session, "llm", None)
-    linear = llm.engine.model.kernels.linear if llm is not None else None
-    if hasattr(linear, "compare_with_reference"):  # the engine's per-layer dispatcher (issue 9)
-        results = linear.compare_with_reference()
-        if results:
-            failures = [f"{name} {variant}: rel. error {err:.2e} > {KERNEL_MAX_REL[variant]:.0e}"
-                        for name, variant, err in results if not err <= KERNEL_MAX_REL[variant]]
-            worst = {v: max(e for _n, vv, e in results if vv == v) for v in {r[1] for r in results}}
-            evidence = [f"linear: {linear.label()}",
-                        f"{len(results)} Triton layer comparisons vs the torch reference, worst per variant: "
-                        + ", ".join(f"{v} {e:.2e}" for v, e in sorted(worst.items()))]
-            return StageResult.judged("kernels", failures, evidence, {"selected": {"linear": linear.label()},
-                                                                       "worst_rel_error": worst})
-    backends = selected_backends(session.options.device)
-    non_reference = {op: b for op, b in backends.items() if not b.startswith("reference")}
-    if not non_reference:
-        return StageResult("kernels", Status.NOT_APPLICABLE,
-                           ["n/a: only reference kernels selected (" + ", ".join(f"{o}={b}" for o, b in backends.items())
-                            + "); nothing to compare until the Triton kernel issues land"],
-                           {"selected": backends})
-    return StageResult.judged("kernels", [f"kernel comparison not implemented for {non_reference}"], [],
-                              {"selected": backends})
 
 
 @dataclass
@@ -127,7 +95,7 @@ def run_layers(session: VerifySession) -> StageResult:
     evidence = [
         f"prompt: {len(prompt)} held-out tokens (sliding window {cfg.sliding_window}); served (faithful, as the "
         "engine runs it) vs exact reference on the same weights",
-        "selected backends vs reference: n/a (only reference kernels selected)",
+        "served kernels: " + ", ".join(f"{o}={b}" for o, b in engine_selection(served).items()),
         "per layer cosine: " + ", ".join(f"{c.cosine:.4f}" for c in div.per_layer),
         "per layer max rel: " + ", ".join(f"{c.max_rel:.3f}" for c in div.per_layer),
         f"logits: mean |Δ log p| {logits.mean_abs_logprob_delta_nats:.4f} nats, max "
