@@ -46,6 +46,9 @@ class EngineConfig:
     kv_cache_memory: int | None = None  # bytes for all caches; None = sized from the device (see docs)
     gpu_memory_utilization: float = 0.9  # fraction of free GPU memory the caches may take when sizing
     kernel_overrides: dict[str, str] = field(default_factory=dict)  # op name → backend ("reference", ...)
+    # True: never try CUDA-graph decode. False: decode steps may replay graphs per batch bucket where
+    # the forward is capturable (it is not yet: every step runs eager and says why, engine/cuda_graphs.py)
+    enforce_eager: bool = False
     seed: int = 0  # seeds requests that bring none (per-request seeds are drawn from it)
     cpu_threads: int | None = None  # torch intra-op threads on the CPU; None = auto (1 for small models)
     tensor_parallel_size: int = 1  # ranks (one process per device, CPU ranks on the CPU); docs/parallelism.md
@@ -63,6 +66,8 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise bad(name, "must be a positive integer")
+        if not isinstance(self.enforce_eager, bool):
+            raise bad("enforce_eager", "must be True or False")
         if not isinstance(self.enable_expert_parallel, bool):
             raise bad("enable_expert_parallel", "must be True or False")
         if self.numerics not in NUMERICS:

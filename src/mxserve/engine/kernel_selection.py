@@ -56,6 +56,14 @@ def _with_allowance(choice: Choice, forced: str | None, candidate, spec, platfor
     return Choice(forced, f"forced; TRITON_INTERPRET=1 interpreter allowance on the CPU (tests only, slow); {why}")
 
 
+def _short_default(choice: Choice, forced: str | None, op: str) -> Choice:
+    """The unforced reference choice with a one-line reason (the passed-over list says only "off")."""
+    if forced is None and choice.backend == "reference":
+        return Choice("reference", f"default; Triton is off unless forced (kernel_overrides {{'{op}': ...}} or "
+                                   f"MXSERVE_KERNEL_OVERRIDES={op}=...)")
+    return choice
+
+
 def check_backend(op: str, backend: str | None, known: Sequence[str]) -> None:
     if backend is not None and backend not in known:
         raise ValueError(f"{op}: unknown backend {backend!r}; known: {list(known)}")
@@ -68,7 +76,7 @@ def choose_model_attention(model, platform: Platform, forced: str | None, max_mo
     spec = AttentionSpec(head_dim=cfg.head_dim, rope_dim=cfg.qk_rope_head_dim,
                          kv_cache_mode=str(model.policy.kv_cache_dtype.value), index_head_dim=cfg.index_head_dim,
                          max_indexer_candidates=max(1, max_model_len // cfg.compress_rate_csa))
-    choice = choose_attention(spec, platform, forced=forced)
+    choice = _short_default(choose_attention(spec, platform, forced=forced), forced, "attention")
     return _with_allowance(choice, forced, TritonAttention(True), spec, platform)
 
 
@@ -120,7 +128,7 @@ def choose_model_moe(model, platform: Platform, forced: str | None) -> dict[str,
         name = f"layers.{i}.ffn"
         moe = layer[5]
         spec = MoESpec.of(name, moe.experts, quantize_inputs=faithful)
-        choice = choose_moe(spec, platform, forced=forced)
+        choice = _short_default(choose_moe(spec, platform, forced=forced), forced, "moe")
         if forced is not None and forced != "reference":
             choice = _with_allowance(choice, forced, TritonMoE(forced, True), spec, platform)
         choices[name] = choice

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mxserve.engine.cuda_graphs import EagerStats, decide
 from mxserve.engine.logprobs import LogprobsTensors, PositionLogprobs, compute_logprobs, gather_logprobs
 from mxserve.engine.sampler import Sampler
 from mxserve.engine.sampling_params import SamplingParams
@@ -46,11 +47,14 @@ class StepResult:
 
 
 class ModelRunner:
-    def __init__(self, model: DeepseekV4Model, cache_state: ModelCacheState, device: torch.device) -> None:
+    def __init__(self, model: DeepseekV4Model, cache_state: ModelCacheState, device: torch.device, *,
+                 enforce_eager: bool = False) -> None:
         self.model = model
         self.cache_state = cache_state
         self.device = device
         self.sampler = Sampler()
+        self.enforce_eager = enforce_eager  # EngineConfig.enforce_eager: never try CUDA-graph decode
+        self.eager_stats = EagerStats()  # steps that ran eager, per reason (mxserve.engine.cuda_graphs)
 
     def release(self, request_ids) -> None:
         """Forget finished, aborted or preempted requests' tables (the block manager owns the pages)."""
@@ -87,6 +91,14 @@ class ModelRunner:
             [list(c.token_ids) for c in step.chunks], [c.request_id for c in step.chunks],
             [c.start_pos for c in step.chunks], logits_for=rows, device=self.device,
         )
+        # CUDA-graph decode hook: every step says why it runs eager (today always: the forward is not
+        # capturable, see mxserve.engine.cuda_graphs); replay is wired once a forward declares it.
+        graph = decide([c.num_tokens for c in step.chunks], enforce_eager=self.enforce_eager,
+                       device_type=self.device.type, model_capturable=getattr(self.model, "supports_cuda_graphs", False))
+        if graph.is_eager:
+            self.eager_stats.record(graph.reason)
+        else:
+            raise NotImplementedError(f"CUDA-graph replay for bucket {graph.bucket}: no capturable forward is wired yet")
         # Always run the forward, even when no row needs logits: a lone mid-prompt chunk must still
         # fill the caches (skipping it silently corrupted chunked prefill of a single long prompt).
         logits = self.model.forward(batch, self.cache_state)
