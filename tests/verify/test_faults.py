@@ -25,9 +25,9 @@ from mxserve.verify.session import VerifyOptions
 EXPECTED = {
     "corrupt_scale_bytes": ("layers", "mean |Δ log p|"),
     "token_interleaved_cache_reader": ("layers", "layer 0 window cache reader: "),
-    "swapped_e2m1_nibbles": ("quality", "held-out NLL"),
+    "swapped_e2m1_nibbles": ("layers", "mean |Δ log p|"),
     "fnuz_read_as_ocp": ("quality", "held-out NLL"),
-    "wrong_swiglu_clamp": ("quality", "held-out NLL"),
+    "wrong_swiglu_clamp": ("layers", "diverges from the exact reference"),
     "nan_in_layer": ("layers", "first non-finite value: layer 3"),
     "decode_position_off_by_one": ("generate", "decode diverges from prefill at generated token"),
 }

@@ -323,6 +323,9 @@ class LLMEngine:
         """Queue a request; ValueError (nothing queued) for an empty or overlong prompt or a duplicate id."""
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in use")
+        if params.min_tokens and self.config.speculative_config is not None:
+            raise ValueError("min_tokens is not supported with speculative decoding (a draft could propose EOS "
+                             "before min_tokens); send min_tokens=0 or serve without --speculative-config")
         text, ids = self.encode_prompt(prompt)
         if len(ids) >= self.max_model_len:
             raise ValueError(

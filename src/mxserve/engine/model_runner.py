@@ -113,6 +113,7 @@ class ModelRunner:
             out = self.sampler.sample(
                 picked, [sampling[i].params for i in ids], [sampling[i].seed for i in ids],
                 [self._chunk_end(step, i) for i in ids],
+                banned=[self._banned_ids(sampling[i], self._chunk_end(step, i)) for i in ids],
             )
             tokens = out.token_ids.tolist()
             result.runner_output = RunnerOutput({rid: (tok,) for rid, tok in zip(ids, tokens, strict=True)})
@@ -130,6 +131,13 @@ class ModelRunner:
             tensors: LogprobsTensors = gather_logprobs(lp, targets, sampling[rid].params.prompt_logprobs or 0)
             result.prompt_logprobs[rid] = tensors.to_positions()
         return result
+
+    def _banned_ids(self, info: RequestSampling, next_position: int) -> tuple[int, ...]:
+        """min_tokens: EOS and the stop token ids are held back until that many output tokens exist."""
+        num_output = next_position - info.num_prompt_tokens  # output tokens before the one sampled now
+        if num_output >= info.params.min_tokens:
+            return ()
+        return (self.model.config.eos_token_id, *info.params.stop_token_ids)
 
     @staticmethod
     def _chunk_end(step: SchedulerOutput, request_id: str) -> int:

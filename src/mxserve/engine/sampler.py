@@ -74,16 +74,24 @@ class Sampler:
         params: Sequence[SamplingParams],
         seeds: Sequence[int],
         positions: Sequence[int],
+        banned: Sequence[Sequence[int]] | None = None,
     ) -> SamplerOutput:
         """Sample one token per row.
 
         logits: [B, V] fp32, the model's last-position logits per request (-inf allowed for masked
             tokens, but each row needs one finite value).
         params / seeds / positions: B entries each; see the module docstring for seeds and positions.
+        banned: optional, per row the token ids that must not be picked (min_tokens holds back EOS);
+            they are masked for the choice only, reported logprobs stay those of the raw logits.
         Raises ValueError on shape, dtype or length mismatches and negative positions.
         """
         self._validate(logits, params, seeds, positions)
         raw_logprobs = compute_logprobs(logits)
+        if banned is not None and any(banned):
+            logits = logits.clone()
+            for row, ids in enumerate(banned):
+                if ids:
+                    logits[row, torch.tensor(list(ids), dtype=torch.int64, device=logits.device)] = float("-inf")
         token_ids = torch.argmax(logits, dim=-1)  # greedy for every row; sampled rows overwritten below
         sampled_rows = [row for row, p in enumerate(params) if not p.is_greedy]
         if sampled_rows:

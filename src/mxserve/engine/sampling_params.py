@@ -93,6 +93,7 @@ class SamplingParams:
     min_p: float = 0.0  # in [0, 1]: drop tokens below min_p × (probability of the most likely); 0 = off
     seed: int | None = None  # replayable sampling; None = the engine draws one per request
     max_tokens: int = 16  # most output tokens (>= 1)
+    min_tokens: int = 0  # EOS and stop_token_ids cannot be sampled before this many output tokens (vLLM's)
     stop: tuple[str, ...] = ()  # stop strings (a single str is accepted); matched by the detokenizer
     stop_token_ids: tuple[int, ...] = ()  # token ids that end generation, even with ignore_eos
     ignore_eos: bool = False  # keep generating past EOS (benchmarks)
@@ -134,6 +135,8 @@ class SamplingParams:
             raise _fail("seed", self.seed, "an int or None")
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise _fail("max_tokens", self.max_tokens, "an int >= 1")
+        if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
+            raise _fail("min_tokens", self.min_tokens, f"an int in [0, max_tokens={self.max_tokens}]")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise _fail("stop", self.stop, "non-empty strings")
         if any(not _is_int(t) or t < 0 for t in self.stop_token_ids):

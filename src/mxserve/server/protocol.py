@@ -2,7 +2,7 @@
 built in `responses.py`, shaped as OpenAI documents them).
 
 Field names, types and defaults follow OpenAI's API; the sampling extensions (`top_k`, `min_p`,
-`ignore_eos`, `stop_token_ids`, `skip_special_tokens`, `include_stop_str_in_output`,
+`ignore_eos`, `min_tokens`, `stop_token_ids`, `skip_special_tokens`, `include_stop_str_in_output`,
 `chat_template_kwargs`) are vLLM's. Ranges checked here are the ones a type can state; the rest
 (e.g. `top_p` in (0, 1]) is `SamplingParams`' job, and its ValueError becomes a 400 naming the field.
 Unknown fields are ignored, as vLLM does (clients such as lm-eval send extra keys).
@@ -42,6 +42,7 @@ class SamplingFields(_Request):
     stop: str | list[str] | None = None
     stop_token_ids: list[TokenId] | None = None
     ignore_eos: bool = False
+    min_tokens: int = Field(0, ge=0)  # vLLM's: EOS/stop_token_ids held back until this many output tokens
     include_stop_str_in_output: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None

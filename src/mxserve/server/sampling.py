@@ -43,6 +43,7 @@ def build_sampling_params(body: SamplingFields, *, max_tokens: int, logprobs: in
             stop=() if body.stop is None else body.stop,
             stop_token_ids=tuple(body.stop_token_ids or ()),
             ignore_eos=body.ignore_eos,
+            min_tokens=body.min_tokens,
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
             skip_special_tokens=skip_special_tokens,

@@ -56,7 +56,20 @@ class BatteryResult:
 
 
 def greedy_params(max_tokens: int) -> SamplingParams:
-    return SamplingParams(max_tokens=max_tokens, temperature=0.0, seed=0, logprobs=1)
+    """Greedy, and min_tokens = max_tokens: every case decodes its full length, because the cases that
+    end a few tokens before a cache boundary only test that boundary if decoding gets past it. A base
+    model may rightly end a text early (the default model ends chapter runs with EOS); holding EOS back
+    keeps the case's coverage, and a broken model that wants to stop at once still fails the
+    repetition and distinct-token rules on what it emits instead."""
+    return SamplingParams(max_tokens=max_tokens, min_tokens=max_tokens, temperature=0.0, seed=0, logprobs=1)
+
+
+def _rank_among_allowed(record, eos_id: int) -> int:
+    """The chosen token's rank among the tokens greedy could pick: min_tokens holds EOS back, so when
+    EOS is the raw rank-1 token the greedy pick is raw rank 2, which is rank 1 among the allowed."""
+    if record.rank > 1 and record.top and max(record.top, key=record.top.get) == eos_id:
+        return record.rank - 1
+    return record.rank
 
 
 def run_group(session: VerifySession, group: str, cases: list[GenCase]) -> list[CaseRun]:
@@ -65,8 +78,9 @@ def run_group(session: VerifySession, group: str, cases: list[GenCase]) -> list[
     for case, out in zip(cases, outs, strict=True):
         sample = out.outputs[0]
         records = sample.logprobs or []
+        eos = session.config.eos_token_id
         runs.append(CaseRun(case, group, list(sample.token_ids), sample.text, [r.logprob for r in records],
-                            [r.rank for r in records], sample.finish_reason))
+                            [_rank_among_allowed(r, eos) for r in records], sample.finish_reason))
     return runs
 
 
