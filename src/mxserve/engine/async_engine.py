@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import queue
 import threading
@@ -33,6 +34,7 @@ from mxserve.engine.llm_engine import LLMEngine
 from mxserve.engine.outputs import RequestMetrics, RequestOutput
 from mxserve.engine.request import FinishReason
 from mxserve.engine.sampling_params import SamplingParams
+from mxserve.engine.speculative import SpecDecodeStats
 
 logger = logging.getLogger("mxserve.engine.async")
 
@@ -54,6 +56,7 @@ class EngineStats:
     num_pending: int  # requests submitted and not yet finished (running + waiting + in transit)
     cache_usage: float  # fraction of pages in use in the fullest pool, [0, 1]
     all_pages_free: bool  # no request holds any cache page
+    spec_decode: SpecDecodeStats | None = None  # speculative decoding counters (a copy), None without it
 
 
 @dataclass(frozen=True)
@@ -261,8 +264,10 @@ class AsyncEngine:
         stats = self.engine.scheduler.stats()
         with self._lock:
             num_pending = len(self._pending_ids)
+        spec = self.engine.spec_decode_stats
         return EngineStats(stats.num_running, stats.num_waiting, num_pending, stats.cache_usage,
-                           self.engine.scheduler.block_manager.is_all_free())
+                           self.engine.scheduler.block_manager.is_all_free(),
+                           None if spec is None else copy.deepcopy(spec))
 
 
 def _mark_aborted(output: RequestOutput) -> RequestOutput:

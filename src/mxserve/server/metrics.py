@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from mxserve.engine.async_engine import EngineStats
 from mxserve.engine.outputs import RequestOutput
+from mxserve.engine.speculative import SpecDecodeStats
 
 # Buckets for a range from a fast GPU (ms) to the CPU reference model (seconds per step).
 _TTFT_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
@@ -41,6 +42,14 @@ class ServerMetrics:
         self.num_waiting = Gauge("mxserve_num_requests_waiting", "Requests queued in the scheduler", registry=r)
         self.cache_usage = Gauge("mxserve_kv_cache_usage_ratio",
                                  "Fraction of cache pages in use (fullest pool), 0..1", registry=r)
+        # Speculative decoding (vLLM's counters), cumulative since start; absent without speculation.
+        self.spec_metrics = {
+            "num_drafts": "Request-steps that verified draft tokens",
+            "num_draft_tokens": "Draft tokens proposed and verified",
+            "num_accepted_tokens": "Draft tokens accepted",
+            "mean_acceptance_length": "Tokens emitted per verify (1 + accepted / verifies)",
+        }
+        self._spec_gauges: dict[str, Gauge] = {}
         # Status labels come from a fixed set of routes; unknown paths share one label so a
         # scanner cannot grow the series without bound.
         self.known_paths: set[str] = set()
@@ -67,4 +76,16 @@ class ServerMetrics:
         self.num_running.set(stats.num_running)
         self.num_waiting.set(stats.num_waiting)
         self.cache_usage.set(stats.cache_usage)
+        if stats.spec_decode is not None:
+            self._render_spec_decode(stats.spec_decode)
         return generate_latest(self.registry)
+
+    def _render_spec_decode(self, spec: SpecDecodeStats) -> None:
+        values = {"num_drafts": spec.num_verifies, "num_draft_tokens": spec.num_draft_tokens,
+                  "num_accepted_tokens": spec.num_accepted_tokens,
+                  "mean_acceptance_length": spec.mean_acceptance_length}
+        for name, value in values.items():
+            if name not in self._spec_gauges:  # registered on first use: a server without speculation shows none
+                self._spec_gauges[name] = Gauge(f"mxserve_spec_decode_{name}", self.spec_metrics[name],
+                                                registry=self.registry)
+            self._spec_gauges[name].set(value)
