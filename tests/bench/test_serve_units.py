@@ -59,7 +59,17 @@ def _opts(**changes):
     ({"prompt_len": 250, "output_len": 10}, "exceeds max_model_len"),
     ({"prefill_cap": 64}, "must be below"),
     ({"max_num_batched_tokens": 254}, "needs max_model_len"),
+    ({"url": "http://127.0.0.1:9", "server_args": ("--speculative-config", "{}")}, "applies to the servers bench starts"),
 ])
 def test_bad_options_name_the_problem(changes, message):
     with pytest.raises(ValueError, match=message):
         _opts(**changes)
+
+
+def test_extra_server_arguments_reach_the_started_servers_verbatim():
+    from mxserve.bench.serve.server_process import ServerArgs
+
+    spec = '{"method": "dspark", "num_speculative_tokens": 3}'
+    argv = ServerArgs(None, "cpu", 256, 2, 64, 16, ("--speculative-config", spec)).argv()
+    assert argv[-2:] == ["--speculative-config", spec]
+    assert argv[argv.index("--long-prefill-token-threshold") + 1] == "16"

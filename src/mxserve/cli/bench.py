@@ -45,6 +45,9 @@ def serve_bench(
     api_key: Annotated[str | None, typer.Option("--api-key", envvar="MXSERVE_API_KEY", help="Bearer key for --url.")] = None,
     request_timeout: Annotated[float, typer.Option("--request-timeout", help="Seconds one request may take.")] = 600.0,
     server_start_timeout: Annotated[float, typer.Option("--server-start-timeout", help="Seconds a server may take to load.")] = 600.0,
+    server_arg: Annotated[list[str] | None, typer.Option(
+        "--server-arg", help="One more argument for the servers bench starts, verbatim; repeat it, e.g. "
+        "--server-arg=--speculative-config --server-arg='{\"method\": \"dspark\"}' for the sweep with speculation.")] = None,
     out: Annotated[Path, typer.Option("--out", help="JSON results; the PNG plot and server logs go beside it.")] = Path("serve.json"),
 ) -> None:
     """Concurrent streaming clients against an OpenAI-compatible server, plus the chunked-prefill scenario."""
@@ -60,7 +63,7 @@ def serve_bench(
             prompt_len=prompt_len, output_len=output_len, requests_per_client=requests_per_client, seed=seed,
             max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, prefill_cap=prefill_cap,
             scenario_reps=scenario_reps, text_file=text_file, api_key=api_key, request_timeout_s=request_timeout,
-            server_start_timeout_s=server_start_timeout)
+            server_start_timeout_s=server_start_timeout, server_args=tuple(server_arg or ()))
     except ValueError as exc:
         raise _bad(str(exc)) from None
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request would bury the table

@@ -51,6 +51,7 @@ class ServeBenchOptions:
     api_key: str | None
     request_timeout_s: float
     server_start_timeout_s: float
+    server_args: tuple[str, ...] = ()  # extra `mxserve serve` arguments for the servers bench starts
 
     def __post_init__(self) -> None:
         def bad(why: str) -> ValueError:
@@ -68,6 +69,9 @@ class ServeBenchOptions:
         if self.prompt_len + self.output_len > self.max_model_len:
             raise bad(f"prompt_len + output_len = {self.prompt_len + self.output_len} exceeds "
                       f"max_model_len={self.max_model_len}")
+        if self.server_args and self.url is not None:
+            raise bad(f"--server-arg {list(self.server_args)} applies to the servers bench starts; with --url the "
+                      "server is already running with its own arguments")
         if self.scenario_reps and self.url is None:
             if self.prefill_cap >= self.max_num_batched_tokens:
                 raise bad(f"prefill_cap={self.prefill_cap} must be below max_num_batched_tokens="
@@ -83,7 +87,7 @@ def run_serve_bench(opts: ServeBenchOptions, out_json: Path, *, echo: Callable[[
     model_config = ModelConfig.from_file(model_dir / "config.json")
     text = opts.text_file or _model_dir(None) / "heldout_sample.txt"  # real text: the default model's held-out sample
     sweep_args = ServerArgs(opts.model, opts.device, opts.max_model_len, max(opts.concurrency),
-                            opts.max_num_batched_tokens, opts.prefill_cap)
+                            opts.max_num_batched_tokens, opts.prefill_cap, opts.server_args)
     result: dict[str, Any] = {"meta": _meta(opts, model_dir, model_config), "levels": [], "prefill_cap": None}
     headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
     logs = out_json.parent
@@ -115,7 +119,7 @@ def run_serve_bench(opts: ServeBenchOptions, out_json: Path, *, echo: Callable[[
         uncapped = None
         if opts.scenario_reps:
             nocap_args = ServerArgs(opts.model, opts.device, opts.max_model_len, max(opts.concurrency),
-                                    opts.max_num_batched_tokens, opts.max_num_batched_tokens)
+                                    opts.max_num_batched_tokens, opts.max_num_batched_tokens, opts.server_args)
             with ServerProcess(nocap_args, logs / f"{out_json.stem}.server-nocap.log",
                                start_timeout_s=opts.server_start_timeout_s) as server:
                 uncapped = _scenario(server.base_url, opts, headers, model_config, opts.max_num_batched_tokens)

@@ -31,6 +31,7 @@ class ServerArgs:
     max_num_seqs: int
     max_num_batched_tokens: int  # token budget per engine step
     long_prefill_token_threshold: int  # the chunked-prefill cap: most prompt tokens one request takes per step
+    extra: tuple[str, ...] = ()  # more `mxserve serve` arguments, verbatim (e.g. --speculative-config, JSON)
 
     def argv(self) -> list[str]:
         args = ["--device", self.device, "--max-model-len", str(self.max_model_len),
@@ -38,7 +39,7 @@ class ServerArgs:
                 "--max-num-batched-tokens", str(self.max_num_batched_tokens),
                 "--long-prefill-token-threshold", str(self.long_prefill_token_threshold),
                 "--max-pending-requests", str(max(1024, 4 * self.max_num_seqs))]
-        return args + (["--model", self.model] if self.model is not None else [])
+        return args + (["--model", self.model] if self.model is not None else []) + list(self.extra)
 
 
 class ServerProcess:
