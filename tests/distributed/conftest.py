@@ -15,9 +15,13 @@ from mxserve.model.checkpoint import CheckpointReader
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 
 
-def worker_spec(model_dir: Path, n: int, ep: bool, numerics: str = "exact") -> WorkerSpec:
-    return WorkerSpec(str(model_dir), ParallelConfig(n, ep), numerics, None, resident_weights=True, device="cpu",
-                      cpu_threads=1)
+def worker_spec(model_dir: Path, n: int, ep: bool, numerics: str = "exact",
+                kernel_overrides: dict[str, str] | None = None, max_model_len: int | None = None) -> WorkerSpec:
+    """Resident decoded weights unless a linear backend is forced (as the engine decides)."""
+    overrides = tuple(sorted((kernel_overrides or {}).items()))
+    return WorkerSpec(str(model_dir), ParallelConfig(n, ep), numerics, None,
+                      resident_weights="linear" not in dict(overrides), device="cpu", cpu_threads=1,
+                      kernel_overrides=overrides, max_model_len=max_model_len)
 
 
 @functools.cache

@@ -2,11 +2,18 @@
 
 Layers, bottom to top: `plan` (which slice of each weight a rank holds; ShardingError when a
 config cannot split on whole 128-blocks), `shards` (cutting those slices out of the memory-mapped
-checkpoint), `groups` (process groups; all_reduce / all_gather only), `tp_model` (one rank's
-forward), `worker` (a rank process), `executor` (the driver's side, used by the engine).
+checkpoint), `groups` (process groups; all_reduce / all_gather only), `rank_kernels` (a rank's
+kernel choices over its own shards), `tp_model` (one rank's forward), `worker` (a rank process),
+`executor` (the driver's side, used by the engine).
 """
 
-from mxserve.distributed.executor import DistributedExecutor, RemoteCacheState, RemoteModel, WorkerError
+from mxserve.distributed.executor import (
+    DistributedExecutor,
+    RemoteCacheState,
+    RemoteModel,
+    WorkerError,
+    log_rank_kernel_choices,
+)
 from mxserve.distributed.plan import ParallelConfig, Shard, ShardingError, ShardingPlan
 from mxserve.distributed.worker import RankReport, WorkerSpec
 
@@ -21,4 +28,5 @@ __all__ = [
     "ShardingPlan",
     "WorkerError",
     "WorkerSpec",
+    "log_rank_kernel_choices",
 ]

@@ -209,6 +209,19 @@ class DistributedExecutor:
             self.close()
 
 
+def log_rank_kernel_choices(reports: Sequence[RankReport]) -> None:
+    """Log rank 0's kernel choices with their reasons, then any other rank's lines that differ
+    (a rank whose shard a Triton candidate cannot implement says so by rank)."""
+    engine_log = logging.getLogger("mxserve.engine")  # where the single-process engine logs its choices
+    first = reports[0].kernel_log if reports else ()
+    for line in first:
+        engine_log.info("rank 0: %s", line)
+    for report in reports[1:]:
+        for line in report.kernel_log:
+            if line not in first:
+                engine_log.info("rank %d: %s", report.rank, line)
+
+
 # ---------------------------------------------------------------------- engine-facing stand-ins
 class RemoteCacheState:
     """Records the block-table changes the engine makes; the next step carries them to the ranks."""

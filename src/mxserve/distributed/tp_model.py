@@ -26,6 +26,12 @@ import torch
 from mxserve.config import ModelConfig
 from mxserve.distributed.groups import ParallelGroups
 from mxserve.distributed.plan import ShardingPlan
+from mxserve.distributed.rank_kernels import (
+    choose_moe_and_attention,
+    own_experts_only,
+    rank_linear_kernels,
+    uses_resident_weights,
+)
 from mxserve.kernels.linear import Weight
 from mxserve.model.attention import AttentionWeights, LayerContext, attention_heads
 from mxserve.model.deepseek_v4 import DeepseekV4Model
@@ -40,13 +46,25 @@ class TensorParallelModel:
     def __init__(
         self, config: ModelConfig, weights: Mapping[str, Weight], plan: ShardingPlan, groups: ParallelGroups, *,
         numerics: str, kv_cache_dtype: str | None, resident_weights: bool,
+        kernel_overrides: Mapping[str, str] | None = None, max_model_len: int | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
-        """`weights`: this rank's shards (`load_rank_weights`); `config`: the full model's."""
+        """`weights`: this rank's shards (`load_rank_weights`) on `device`; `config`: the full model's.
+        `kernel_overrides` (resolved by the driver): the kernels are chosen per layer over this
+        rank's shards with the single-process chooser code (`rank_kernels`); `max_model_len` sizes
+        the attention chooser's indexer limit (default: the model's maximum)."""
         self.config, self.plan, self.groups = config, plan, groups
+        rank, device = groups.rank, torch.device(device)
+        overrides = dict(kernel_overrides or {})
+        if resident_weights and not uses_resident_weights(overrides):
+            raise ValueError(f"resident decoded weights cannot run the forced linear backend {overrides['linear']!r}")
+        linear = rank_linear_kernels(weights, plan, rank, device, numerics=numerics, overrides=overrides)
         self.local = DeepseekV4Model(plan.rank_config(), weights, numerics=numerics, kv_cache_dtype=kv_cache_dtype,
-                                     resident_weights=resident_weights)
+                                     resident_weights=resident_weights, kernels=linear)
+        own_experts_only(self.local, plan, rank)  # EP: each layer's experts are the rank's own
+        choose_moe_and_attention(self.local, device, overrides=overrides,
+                                 max_model_len=max_model_len or config.max_position_embeddings)
         self.policy = self.local.policy
-        rank = groups.rank
         self.vocab_start, self.vocab_stop = plan.vocab_range(rank)
         self.expert_start, self.expert_stop = plan.expert_range(rank)
         self.moe_replica = plan.moe_shard(rank)[1]
@@ -126,7 +144,7 @@ class TensorParallelModel:
             if token_idx.numel():
                 y = kernels.moe_experts(
                     x[token_idx], (expert_ids[token_idx, slot] - self.expert_start)[:, None],
-                    weights[token_idx, slot][:, None], w.experts[self.expert_start : self.expert_stop], **common,
+                    weights[token_idx, slot][:, None], w.experts, **common,  # the rank's own (own_experts_only)
                 )
                 out.index_add_(0, token_idx, y)
         elif mine.numel():

@@ -22,6 +22,7 @@ import torch
 
 from mxserve.distributed.groups import ParallelGroups, add_attention_groups, destroy_groups, init_world
 from mxserve.distributed.plan import ParallelConfig, ShardingPlan
+from mxserve.distributed.rank_kernels import captured_choice_log
 from mxserve.distributed.shards import load_rank_weights, weight_nbytes
 from mxserve.distributed.tp_model import TensorParallelModel
 from mxserve.model.checkpoint import CheckpointReader
@@ -40,6 +41,10 @@ class WorkerSpec:
     resident_weights: bool  # decode linears once into fp64 (small models on the CPU)
     device: str  # "cpu" or "cuda" (rank r uses its local GPU r)
     cpu_threads: int | None  # torch intra-op threads per rank on the CPU (None: torch's default)
+    # op -> backend, resolved once by the driver (EngineConfig.kernel_overrides over MXSERVE_KERNEL_OVERRIDES),
+    # so every rank applies the same overrides; each chooses per layer over its own shards (rank_kernels)
+    kernel_overrides: tuple[tuple[str, str], ...] = ()
+    max_model_len: int | None = None  # the engine's limit (sizes the attention chooser); None: the model's
 
 
 # ---------------------------------------------------------------------- messages
@@ -87,6 +92,7 @@ class RankReport:
     resident_bytes: int  # bytes the model keeps for them (weight_bytes, or 8/parameter when decoded once)
     free_device_bytes: int | None  # free GPU memory after loading (None on the CPU)
     plan: str  # the sharding plan, one line
+    kernel_log: tuple[str, ...] = ()  # the rank's kernel choices with their reasons (INFO lines of the chooser)
 
 
 @dataclass(frozen=True)
@@ -136,15 +142,19 @@ class RankWorker:
         weight_bytes = weight_nbytes(weights)
         if self.device.type != "cpu":
             weights = {name: w.to(self.device) for name, w in weights.items()}
-        self.model = TensorParallelModel(reader.config, weights, self.plan, self.groups, numerics=spec.numerics,
-                                         kv_cache_dtype=spec.kv_cache_dtype, resident_weights=spec.resident_weights)
+        with captured_choice_log() as kernel_log:
+            self.model = TensorParallelModel(reader.config, weights, self.plan, self.groups, numerics=spec.numerics,
+                                             kv_cache_dtype=spec.kv_cache_dtype, resident_weights=spec.resident_weights,
+                                             kernel_overrides=dict(spec.kernel_overrides),
+                                             max_model_len=spec.max_model_len, device=self.device)
         resident = weight_bytes
         if spec.resident_weights:  # DeepseekV4Model decodes every linear (and the head) into fp64
             decoded = set(reader.inventory.linears) | {"head.weight"}
             resident = weight_nbytes({n: w for n, w in weights.items() if n not in decoded})
             resident += 8 * sum(math.prod(w.shape) for n, w in weights.items() if n in decoded)
         free = torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else None
-        self.report = RankReport(rank, str(self.device), weight_bytes, resident, free, self.plan.describe())
+        self.report = RankReport(rank, str(self.device), weight_bytes, resident, free, self.plan.describe(),
+                                 tuple(kernel_log))
         self.state: ModelCacheState | None = None
 
     def handle(self, message: object) -> object | None:

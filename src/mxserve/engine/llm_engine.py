@@ -30,11 +30,11 @@ from mxserve.distributed import (
     RemoteModel,
     ShardingPlan,
     WorkerSpec,
+    log_rank_kernel_choices,
 )
 from mxserve.engine.block_manager import BlockManager
 from mxserve.engine.cache_sizing import CachePlan, plan_cache
 from mxserve.engine.detokenizer import IncrementalDetokenizer
-from mxserve.engine.kernel_selection import resolve_overrides, with_moe_and_attention
 from mxserve.engine.model_runner import ModelRunner, RequestSampling
 from mxserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprobs
 from mxserve.engine.request import FinishReason, Request
@@ -42,10 +42,16 @@ from mxserve.engine.sampling_params import SamplingParams, request_seeds
 from mxserve.engine.scheduler import Scheduler
 from mxserve.engine.speculative import SpecDecodeStats, SpeculativeModelRunner
 from mxserve.engine.tokenizer import Tokenizer
-from mxserve.kernels.chooser import LinearDispatcher, LinearSpec, Platform, choose_linear, parse_overrides_env
+from mxserve.kernels.chooser import Platform, parse_overrides_env
 from mxserve.model.checkpoint import CheckpointReader
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.dspark import DraftWindows, DSparkDraft
+from mxserve.model.kernel_selection import (
+    choose_linear_per_layer,
+    linear_dispatch_set,
+    resolve_overrides,
+    with_moe_and_attention,
+)
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import ModelCacheState
 from mxserve.model.numerics import NumericPolicy
@@ -161,23 +167,26 @@ class LLMEngine:
         config = self.config
         if config.speculative_config is not None:
             raise ValueError("speculative decoding does not run with tensor_parallel_size > 1 or expert parallelism yet")
-        if config.kernel_overrides:
-            raise ValueError(f"kernel_overrides={config.kernel_overrides} are not passed to parallel ranks yet")
+        overrides = resolve_overrides(config.kernel_overrides)  # validated here; the ranks get the result
         parallel = ParallelConfig(config.tensor_parallel_size, config.enable_expert_parallel)
         ShardingPlan.build(reader.config, parallel)  # a config that cannot split fails here, before any process
         reader.validate(progress=progress and sys.stderr.isatty())  # once, in the driver; ranks only map shards
         self.tokenizer = Tokenizer.from_dir(model_dir) if (model_dir / "tokenizer.json").exists() else None
         inventory = reader.inventory
         num_params = sum(s.out_features * s.in_features for s in inventory.linears.values())
-        resident = self.device.type == "cpu" and 8 * num_params <= _RESIDENT_LIMIT_BYTES
+        # as in one process: resident decoded linears for small CPU models unless a linear backend is forced
+        resident = (self.device.type == "cpu" and 8 * num_params <= _RESIDENT_LIMIT_BYTES
+                    and "linear" not in overrides)
         threads = config.cpu_threads or (1 if resident else None)
+        max_model_len = min(config.max_model_len, self.model_config.max_position_embeddings)
         spec = WorkerSpec(str(model_dir), parallel, config.numerics, config.kv_cache_dtype, resident,
-                          self.device.type, threads)
+                          self.device.type, threads, tuple(sorted(overrides.items())), max_model_len)
         self.executor = DistributedExecutor.start(spec)
         for r in self.executor.reports:
             logger.info("rank %d (%s): %.1f MiB of weight shards, %.1f MiB resident", r.rank, r.device,
                         r.weight_bytes / 2**20, r.resident_bytes / 2**20)
         logger.info("%s", self.executor.reports[0].plan)
+        log_rank_kernel_choices(self.executor.reports)
         self.model = RemoteModel(reader.config, NumericPolicy.for_mode(config.numerics, config.kv_cache_dtype),
                                  self.executor)
         self.max_model_len = min(config.max_model_len, self.model_config.max_position_embeddings)
@@ -251,31 +260,13 @@ class LLMEngine:
         return choice
 
     def _choose_linear_per_layer(self, weights, forced: str) -> dict:
-        platform = Platform.probe(self.device)
-        faithful = self.config.numerics == "faithful"
-        choices = {}
-        for name, w in weights.items():
-            if isinstance(w, torch.Tensor) and w.dim() != 2:
-                continue
-            groups = self.model_config.o_groups if name.endswith(".wo_a") else 1  # block-diagonal wo_a
-            spec = LinearSpec.of(name, w, quantize_input=faithful and groups == 1, groups=groups)
-            choices[name] = choose_linear(spec, platform, forced=forced)
-            logger.debug("linear %s: %s (%s)", name, choices[name].backend, choices[name].reason)
-        counts = {}
-        for c in choices.values():
-            counts[c.backend] = counts.get(c.backend, 0) + 1
-        logger.info("linear kernel choices per layer: %s", counts)
-        return choices
+        return choose_linear_per_layer(weights, Platform.probe(self.device), o_groups=self.model_config.o_groups,
+                                       faithful=self.config.numerics == "faithful", forced=forced)
 
     def _linear_kernel_set(self, weights) -> KernelSet:
         """The reference set, or (per-layer choices made) one whose linear and grouped_linear slots
         dispatch each weight to its chosen backend, decided here once."""
-        if not self.linear_choices:
-            return REFERENCE_KERNELS
-        dispatcher = LinearDispatcher(weights, self.linear_choices)
-        label = f"per layer: {dispatcher.label()}"
-        return KernelSet(linear=dispatcher, grouped_linear=dispatcher.grouped,
-                         labels={"linear": label, "grouped_linear": label})
+        return linear_dispatch_set(weights, self.linear_choices) if self.linear_choices else REFERENCE_KERNELS
 
     def _set_cpu_threads(self, *, small_model: bool) -> None:
         """Small models on the CPU run dispatch-bound ops where a second OpenMP thread only adds

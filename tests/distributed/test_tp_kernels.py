@@ -1,0 +1,93 @@
+"""Tensor-parallel ranks run the kernels chosen through `kernel_overrides` (prep for issue 15):
+TP=2 gloo CPU ranks with attention / MoE (and linear) forced to Triton — under the interpreter
+allowance (TRITON_INTERPRET=1) — equal one process with the same overrides in exact numerics:
+logits within 1e-5 relative, identical argmax and greedy tokens. Each rank chooses over its own
+shards and reports its choices with their reasons; the driver logs rank 0's.
+
+On the CPU the linear chooser has no interpreter allowance (its Triton candidate needs an NVIDIA
+GPU), so linear=triton gives every layer the reference with that reason — on the ranks as in one
+process; the GPU check (gpu_tp_check.py) runs the Triton linears too."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+import torch
+
+from mxserve.distributed import RemoteModel, log_rank_kernel_choices
+from mxserve.kernels.chooser import Platform
+from mxserve.model.checkpoint import CheckpointReader
+from mxserve.model.deepseek_v4 import DeepseekV4Model
+from mxserve.model.forward_batch import ForwardBatch
+from mxserve.model.greedy import greedy_generate
+from mxserve.model.kernel_selection import choose_linear_per_layer, linear_dispatch_set, with_moe_and_attention
+from mxserve.model.numerics import NumericPolicy
+from tests.distributed.conftest import worker_spec
+
+pytest.importorskip("triton")
+ON_CPU = not torch.cuda.is_available()
+pytestmark = pytest.mark.skipif(ON_CPU and os.environ.get("TRITON_INTERPRET") != "1",
+                                reason="forced Triton on the CPU needs the interpreter")
+
+OVERRIDES = {"attention": "triton", "moe": "triton", "linear": "triton"}
+MAX_MODEL_LEN = 64
+REL_TOL = 1e-5
+
+
+def _one_process(model_dir) -> DeepseekV4Model:
+    """The single-process model with the engine's selection code and the same overrides."""
+    reader = CheckpointReader(model_dir)
+    weights = reader.load(progress=False, verify_manifest=False)
+    device = torch.device("cpu")
+    choices = choose_linear_per_layer(weights, Platform.probe(device), o_groups=reader.config.o_groups,
+                                      faithful=False, forced="triton")
+    model = DeepseekV4Model(reader.config, weights, numerics="exact", kernels=linear_dispatch_set(weights, choices))
+    model.set_kernels(with_moe_and_attention(model, model.kernels, device=device, overrides=OVERRIDES,
+                                             max_model_len=MAX_MODEL_LEN))
+    return model
+
+
+def _steps(model, vocab: int) -> list[torch.Tensor]:
+    """A chunked prefill (17 tokens: CSA and HCA entries emitted) beside a short one, then a decode."""
+    gen = torch.Generator().manual_seed(5)
+    a, b = torch.randint(2, vocab, (17,), generator=gen).tolist(), torch.randint(2, vocab, (4,), generator=gen).tolist()
+    state = model.new_cache_state(max_sequences=2, max_positions=20, block_size=16)
+    steps = [([a[:11], b], [0, 0]), ([a[11:], [7]], [11, 4]), ([[9], [3]], [17, 5])]
+    return [model.forward(ForwardBatch.from_chunks(chunks, ["a", "b"], starts), state) for chunks, starts in steps]
+
+
+def _max_rel(ours: torch.Tensor, ref: torch.Tensor) -> float:
+    return float(((ours - ref).abs().amax(dim=-1) / ref.abs().amax(dim=-1)).max())
+
+
+@pytest.mark.parametrize("ep", [True], ids=["tp2-ep"])
+def test_tp2_with_forced_triton_kernels_equals_one_process(ep, ranks2, tiny_all, caplog):
+    executor = ranks2.use(worker_spec(tiny_all, 2, ep, kernel_overrides=OVERRIDES, max_model_len=MAX_MODEL_LEN))
+    reference = _one_process(tiny_all)
+    config = reference.config
+
+    # every rank chose the Triton attention and MoE over its own shards, saying why; linear fell
+    # back to the reference on the CPU with the chooser's reason
+    how = "forced; TRITON_INTERPRET=1 interpreter allowance"
+    for report in executor.reports:
+        log = "\n".join(report.kernel_log)
+        assert f"attention backend: triton ({how}" in log, log
+        assert f"moe backend: triton for all {config.num_hidden_layers} layers ({how}" in log, log
+        assert "linear kernel choices per layer: {'reference':" in log, log
+        assert "needs an NVIDIA GPU, device is cpu" in log, log
+    with caplog.at_level(logging.INFO, logger="mxserve.engine"):
+        log_rank_kernel_choices(executor.reports)
+    assert f"rank 0: attention backend: triton ({how}" in caplog.text
+
+    remote = RemoteModel(config, NumericPolicy.for_mode("exact"), executor)
+    for step, (ours, ref) in enumerate(zip(_steps(remote, config.vocab_size), _steps(reference, config.vocab_size),
+                                           strict=True)):
+        assert _max_rel(ours, ref) <= REL_TOL, f"step {step}: max rel {_max_rel(ours, ref):.2e}"
+        assert torch.equal(ours.argmax(-1), ref.argmax(-1)), f"step {step}"
+    prompt = torch.randint(2, config.vocab_size, (5,), generator=torch.Generator().manual_seed(6)).tolist()
+    tokens, logits = greedy_generate(remote, prompt, 3)
+    ref_tokens, ref_logits = greedy_generate(reference, prompt, 3)
+    assert tokens == ref_tokens
+    assert _max_rel(logits, ref_logits) <= REL_TOL
