@@ -1,7 +1,8 @@
 """Tensor-parallel ranks run the kernels chosen through `kernel_overrides` (prep for issue 15):
 TP=2 gloo CPU ranks with attention / MoE (and linear) forced to Triton — under the interpreter
 allowance (TRITON_INTERPRET=1) — equal one process with the same overrides in exact numerics:
-logits within 1e-5 relative, identical argmax and greedy tokens. Each rank chooses over its own
+logits of every row within 1e-5 relative, identical argmax and greedy tokens (2 per sequence,
+batched). Each rank chooses over its own
 shards and reports its choices with their reasons; the driver logs rank 0's.
 
 On the CPU the linear chooser has no interpreter allowance (its Triton candidate needs an NVIDIA
@@ -21,8 +22,11 @@ from mxserve.kernels.chooser import Platform
 from mxserve.model.checkpoint import CheckpointReader
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.forward_batch import ForwardBatch
-from mxserve.model.greedy import greedy_generate
-from mxserve.model.kernel_selection import choose_linear_per_layer, linear_dispatch_set, with_moe_and_attention
+from mxserve.model.kernel_selection import (
+    choose_linear_per_layer,
+    linear_dispatch_set,
+    with_moe_and_attention,
+)
 from mxserve.model.numerics import NumericPolicy
 from tests.distributed.conftest import worker_spec
 
@@ -49,13 +53,24 @@ def _one_process(model_dir) -> DeepseekV4Model:
     return model
 
 
-def _steps(model, vocab: int) -> list[torch.Tensor]:
-    """A chunked prefill (17 tokens: CSA and HCA entries emitted) beside a short one, then a decode."""
+def _greedy_steps(model, vocab: int) -> tuple[list[torch.Tensor], list[list[int]]]:
+    """A batched prefill of two sequences (6 tokens: a CSA entry emitted; and 2), then one decode
+    of each with its greedy token: (logits of every row per step, each sequence's 2 greedy tokens).
+    Small on purpose: the interpreter costs ~1 s per layer and step here."""
     gen = torch.Generator().manual_seed(5)
-    a, b = torch.randint(2, vocab, (17,), generator=gen).tolist(), torch.randint(2, vocab, (4,), generator=gen).tolist()
-    state = model.new_cache_state(max_sequences=2, max_positions=20, block_size=16)
-    steps = [([a[:11], b], [0, 0]), ([a[11:], [7]], [11, 4]), ([[9], [3]], [17, 5])]
-    return [model.forward(ForwardBatch.from_chunks(chunks, ["a", "b"], starts), state) for chunks, starts in steps]
+    prompts = [torch.randint(2, vocab, (n,), generator=gen).tolist() for n in (6, 2)]
+    state = model.new_cache_state(max_sequences=2, max_positions=8, block_size=16)
+    logits, tokens = [], [[], []]
+    chunks, starts = prompts, [0, 0]
+    for _ in range(2):
+        out = model.forward(ForwardBatch.from_chunks(chunks, ["a", "b"], starts), state)
+        logits.append(out)
+        last = torch.tensor([len(c) for c in chunks]).cumsum(0) - 1
+        for seq, token in enumerate(out[last].argmax(-1).tolist()):
+            tokens[seq].append(token)
+        starts = [s + len(c) for s, c in zip(starts, chunks, strict=True)]
+        chunks = [[t[-1]] for t in tokens]
+    return logits, tokens
 
 
 def _max_rel(ours: torch.Tensor, ref: torch.Tensor) -> float:
@@ -82,12 +97,9 @@ def test_tp2_with_forced_triton_kernels_equals_one_process(ep, ranks2, tiny_all,
     assert f"rank 0: attention backend: triton ({how}" in caplog.text
 
     remote = RemoteModel(config, NumericPolicy.for_mode("exact"), executor)
-    for step, (ours, ref) in enumerate(zip(_steps(remote, config.vocab_size), _steps(reference, config.vocab_size),
-                                           strict=True)):
+    logits, tokens = _greedy_steps(remote, config.vocab_size)
+    ref_logits, ref_tokens = _greedy_steps(reference, config.vocab_size)
+    assert tokens == ref_tokens
+    for step, (ours, ref) in enumerate(zip(logits, ref_logits, strict=True)):
         assert _max_rel(ours, ref) <= REL_TOL, f"step {step}: max rel {_max_rel(ours, ref):.2e}"
         assert torch.equal(ours.argmax(-1), ref.argmax(-1)), f"step {step}"
-    prompt = torch.randint(2, config.vocab_size, (5,), generator=torch.Generator().manual_seed(6)).tolist()
-    tokens, logits = greedy_generate(remote, prompt, 3)
-    ref_tokens, ref_logits = greedy_generate(reference, prompt, 3)
-    assert tokens == ref_tokens
-    assert _max_rel(logits, ref_logits) <= REL_TOL
