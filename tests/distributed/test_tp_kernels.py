@@ -17,7 +17,8 @@ import os
 import pytest
 import torch
 
-from mxserve.distributed import RemoteModel, log_rank_kernel_choices
+from mxserve import LLM
+from mxserve.distributed import DistributedExecutor, RemoteModel, log_rank_kernel_choices
 from mxserve.kernels.chooser import Platform
 from mxserve.model.checkpoint import CheckpointReader
 from mxserve.model.deepseek_v4 import DeepseekV4Model
@@ -103,3 +104,30 @@ def test_tp2_with_forced_triton_kernels_equals_one_process(ep, ranks2, tiny_all,
     for step, (ours, ref) in enumerate(zip(logits, ref_logits, strict=True)):
         assert _max_rel(ours, ref) <= REL_TOL, f"step {step}: max rel {_max_rel(ours, ref):.2e}"
         assert torch.equal(ours.argmax(-1), ref.argmax(-1)), f"step {step}"
+
+
+def test_the_driver_sends_the_resolved_overrides_to_the_ranks(tiny_all, monkeypatch):
+    """The engine no longer refuses kernel_overrides with TP: the config's overrides over the
+    environment's reach the ranks' WorkerSpec, resident decoded weights off (linear forced)."""
+
+    class Stop(Exception):
+        pass
+
+    sent = []
+
+    def start(spec):
+        sent.append(spec)
+        raise Stop  # no ranks needed: the spec is what the ranks would get
+
+    monkeypatch.setattr(DistributedExecutor, "start", staticmethod(start))
+    monkeypatch.setenv("MXSERVE_KERNEL_OVERRIDES", "moe=triton,attention=reference")
+    with pytest.raises(Stop):
+        LLM(str(tiny_all), device="cpu", numerics="exact", max_model_len=64, tensor_parallel_size=2,
+            enable_expert_parallel=True, kernel_overrides={"attention": "triton", "linear": "triton"}, progress=False)
+    (spec,) = sent
+    assert dict(spec.kernel_overrides) == {"attention": "triton", "linear": "triton", "moe": "triton"}
+    assert spec.max_model_len == 64 and not spec.resident_weights
+    monkeypatch.setenv("MXSERVE_KERNEL_OVERRIDES", "moe=cutlass")
+    with pytest.raises(ValueError, match="moe='cutlass': unknown backend"):
+        LLM(str(tiny_all), device="cpu", tensor_parallel_size=2, progress=False)
+    assert len(sent) == 1  # refused before any rank starts
