@@ -18,12 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
+from _cuda_timing import copy_bandwidth, event_time, graph_time
 
 from mxserve.formats import QuantizedWeight, WeightLayout, ue8m0_value
 from mxserve.kernels.linear_fp8_block import linear_fp8_block_ref, quantize_activation_fp8_block
@@ -59,60 +59,10 @@ def emit(row: dict) -> None:
         fh.flush()
 
 
-def copy_bandwidth() -> float:
-    """Device-to-device copy of 2 GiB, bytes read + written per second (the memory ceiling)."""
-    src = torch.empty(1 << 31, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    times = []
-    for _ in range(10):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        dst.copy_(src)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return 2 * src.numel() / statistics.median(times)
 
 
-def graph_time(calls: list, replays: int = 15) -> float:
-    """Median seconds per call: one graph runs every closure in `calls` once (rotating inputs)."""
-    for fn in calls:  # compile and warm up outside the capture
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        for fn in calls:
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    for _ in range(3):
-        graph.replay()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times) / len(calls)
 
 
-def event_time(fn, reps: int = 5) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times)
 
 
 def make_weight(n: int, k: int, seed: int) -> QuantizedWeight:

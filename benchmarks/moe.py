@@ -28,6 +28,7 @@ import traceback
 from pathlib import Path
 
 import torch
+from _cuda_timing import copy_bandwidth, event_time, graph_time
 
 from mxserve.formats import QuantizedWeight, WeightLayout
 from mxserve.kernels.moe import ExpertWeights, moe_experts_ref
@@ -42,51 +43,8 @@ DEADLINE_S = 165  # stop timing new token counts after this (the lead's run is c
 GROUPED_MM = [hasattr(torch, "_grouped_mm")]  # falls back to a per-expert loop if it fails once
 
 
-def copy_bandwidth() -> float:
-    src = torch.empty(1 << 31, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    return 2 * src.numel() / event_time(lambda: dst.copy_(src), reps=10)
 
 
-def event_time(fn, reps: int = 5) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times)
-
-
-def graph_time(calls: list, replays: int = 10) -> float:
-    """Median seconds per call: one CUDA graph runs every closure in `calls` once."""
-    for fn in calls:
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        for fn in calls:
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times) / len(calls)
 
 
 def random_layer(seed: int) -> StackedExperts:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mxserve.kernels.chooser import Choice, Platform
+from mxserve.kernels.chooser import Choice, Platform, ReferenceCandidate, choose_first, triton_cuda_support
 
 
 @dataclass(frozen=True)
@@ -26,16 +26,6 @@ class AttentionSpec:
     max_indexer_candidates: int  # compressed CSA entries of the longest sequence (max_model_len // 4)
 
 
-class ReferenceAttention:
-    name = "reference"
-
-    def is_supported(self, platform: Platform) -> tuple[bool, str]:
-        return True, "torch reference runs everywhere"
-
-    def can_implement(self, spec: AttentionSpec) -> tuple[bool, str]:
-        return True, "the spec itself (fp64 accumulation)"
-
-
 class TritonAttention:
     name = "triton"
 
@@ -43,15 +33,8 @@ class TritonAttention:
         self.enabled = enabled
 
     def is_supported(self, platform: Platform) -> tuple[bool, str]:
-        if not self.enabled:
-            return False, "off by default until the issue-11 gates pass (force with kernel_overrides {'attention': 'triton'})"
-        if not platform.has_triton:
-            return False, "triton is not installed"
-        if platform.device_type != "cuda" or platform.is_rocm:
-            return False, f"needs an NVIDIA GPU, device is {platform.device_type}"
-        if platform.capability < (8, 0):
-            return False, f"needs sm_80+ (bf16 tensor cores), got sm_{platform.capability[0]}{platform.capability[1]}"
-        return True, f"CUDA sm_{platform.capability[0]}{platform.capability[1]}"
+        return triton_cuda_support(platform, enabled=self.enabled, off_reason=(
+            "off by default until the issue-11 gates pass (force with kernel_overrides {'attention': 'triton'})"))
 
     def can_implement(self, spec: AttentionSpec) -> tuple[bool, str]:
         from mxserve.kernels.topk.triton import MAX_CANDIDATES
@@ -64,26 +47,14 @@ class TritonAttention:
 
 
 def attention_candidates(*, enable_triton: bool) -> list:
-    return [TritonAttention(enable_triton), ReferenceAttention()]
+    return [TritonAttention(enable_triton), ReferenceCandidate()]
 
 
 def choose_attention(spec: AttentionSpec, platform: Platform, *, forced: str | None = None) -> Choice:
     """First supported candidate that can implement `spec`, with the reasons for those passed over."""
     if forced not in (None, "triton", "reference"):
         raise ValueError(f"attention: unknown backend {forced!r}; known: ['reference', 'triton']")
-    candidates = attention_candidates(enable_triton=forced == "triton")
-    if forced == "reference":
-        candidates = [c for c in candidates if c.name == "reference"]
-    passed_over = []
-    for cand in candidates:
-        ok, why = cand.is_supported(platform)
-        if ok:
-            ok, why = cand.can_implement(spec)
-        if ok:
-            skipped = f" (passed over: {'; '.join(passed_over)})" if passed_over else ""
-            return Choice(cand.name, ("forced; " if forced == cand.name else "") + why + skipped)
-        passed_over.append(f"{cand.name}: {why}")
-    raise ValueError(f"attention: no implementation fits ({'; '.join(passed_over)})")
+    return choose_first("attention", attention_candidates(enable_triton=forced == "triton"), spec, platform, forced)
 
 
 def attention_ops(backend: str) -> dict[str, Callable]:

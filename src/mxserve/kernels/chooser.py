@@ -67,14 +67,52 @@ class Choice:
     reason: str
 
 
-class ReferenceLinear:
+class ReferenceCandidate:
+    """The torch reference of any op: always supported, implements every spec."""
+
     name = "reference"
 
     def is_supported(self, platform: Platform) -> tuple[bool, str]:
         return True, "torch reference runs everywhere"
 
-    def can_implement(self, spec: LinearSpec) -> tuple[bool, str]:
+    def can_implement(self, spec: object) -> tuple[bool, str]:
         return True, "the spec itself (fp64 accumulation)"
+
+
+
+def triton_cuda_support(platform: Platform, *, enabled: bool, off_reason: str,
+                        min_capability: tuple[int, int] = (8, 0), needs: str = "bf16 tensor cores") -> tuple[bool, str]:
+    """`is_supported` of a Triton candidate: switched on, triton importable, an NVIDIA GPU of at
+    least `min_capability`."""
+    if not enabled:
+        return False, off_reason
+    if not platform.has_triton:
+        return False, "triton is not installed"
+    if platform.device_type != "cuda" or platform.is_rocm:
+        return False, f"needs an NVIDIA GPU, device is {platform.device_type}{' (ROCm)' if platform.is_rocm else ''}"
+    sm = f"sm_{platform.capability[0]}{platform.capability[1]}"
+    if platform.capability < min_capability:
+        return False, f"needs sm_{min_capability[0]}{min_capability[1]}+ for {needs}, got {sm}"
+    return True, f"CUDA {sm}"
+
+
+def choose_first(op: str, candidates: list, spec: object, platform: Platform, forced: str | None) -> Choice:
+    """The first candidate that is supported and can implement `spec`, with its reason and the
+    reasons the ones before it were passed over. `forced` == "reference" leaves only the reference;
+    a forced candidate's reason starts with "forced; ". `op` names the layer in the error."""
+    if forced == "reference":
+        candidates = [c for c in candidates if c.name == "reference"]
+    passed_over = []
+    for cand in candidates:
+        ok, why = cand.is_supported(platform)
+        if ok:
+            ok, why = cand.can_implement(spec)
+        if ok:
+            prefix = "forced; " if forced == cand.name else ""
+            skipped = f" (passed over: {'; '.join(passed_over)})" if passed_over else ""
+            return Choice(cand.name, prefix + why + skipped)
+        passed_over.append(f"{cand.name}: {why}")
+    raise ValueError(f"{op}: no implementation fits ({'; '.join(passed_over)})")
 
 
 class TritonFp8BlockLinear:
@@ -87,16 +125,9 @@ class TritonFp8BlockLinear:
         self.enabled = enabled
 
     def is_supported(self, platform: Platform) -> tuple[bool, str]:
-        if not self.enabled:
-            return False, (f"off by default until the issue-9 gates pass (force with kernel_overrides "
-                           f"{{'linear': 'triton'}} or {OVERRIDES_ENV}=linear=triton)")
-        if not platform.has_triton:
-            return False, "triton is not installed"
-        if platform.device_type != "cuda" or platform.is_rocm:
-            return False, f"needs an NVIDIA GPU, device is {platform.device_type}{' (ROCm)' if platform.is_rocm else ''}"
-        if platform.capability < (8, 0):
-            return False, f"needs sm_80+ for bf16 tensor cores, got sm_{platform.capability[0]}{platform.capability[1]}"
-        return True, f"CUDA sm_{platform.capability[0]}{platform.capability[1]}"
+        return triton_cuda_support(platform, enabled=self.enabled, off_reason=(
+            f"off by default until the issue-9 gates pass (force with kernel_overrides "
+            f"{{'linear': 'triton'}} or {OVERRIDES_ENV}=linear=triton)"))
 
     def can_implement(self, spec: LinearSpec) -> tuple[bool, str]:
         if spec.layout is None and spec.fmt == "bfloat16" and spec.groups == 1:
@@ -117,7 +148,7 @@ class TritonFp8BlockLinear:
 
 
 def linear_candidates(*, enable_triton: bool) -> list:
-    return [TritonFp8BlockLinear(enable_triton), ReferenceLinear()]
+    return [TritonFp8BlockLinear(enable_triton), ReferenceCandidate()]
 
 
 def choose_linear(spec: LinearSpec, platform: Platform, *, forced: str | None = None) -> Choice:
@@ -127,20 +158,8 @@ def choose_linear(spec: LinearSpec, platform: Platform, *, forced: str | None = 
     "reference" leaves only the reference."""
     if forced not in (None, "triton", "reference"):
         raise ValueError(f"linear: unknown backend {forced!r}; known: ['reference', 'triton']")
-    candidates = linear_candidates(enable_triton=forced == "triton")
-    if forced == "reference":
-        candidates = [c for c in candidates if c.name == "reference"]
-    passed_over = []
-    for cand in candidates:
-        ok, why = cand.is_supported(platform)
-        if ok:
-            ok, why = cand.can_implement(spec)
-        if ok:
-            prefix = "forced; " if forced == cand.name else ""
-            skipped = f" (passed over: {'; '.join(passed_over)})" if passed_over else ""
-            return Choice(cand.name, prefix + why + skipped)
-        passed_over.append(f"{cand.name}: {why}")
-    raise ValueError(f"linear {spec.name}: no implementation fits ({'; '.join(passed_over)})")
+    return choose_first(f"linear {spec.name}", linear_candidates(enable_triton=forced == "triton"), spec, platform,
+                        forced)
 
 
 def parse_overrides_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

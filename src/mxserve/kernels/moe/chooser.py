@@ -21,7 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from mxserve.kernels.chooser import OVERRIDES_ENV, Choice, Platform
+from mxserve.kernels.chooser import (
+    OVERRIDES_ENV,
+    Choice,
+    Platform,
+    ReferenceCandidate,
+    choose_first,
+    triton_cuda_support,
+)
 from mxserve.kernels.moe.reference import ExpertWeights, expert_ffn_ref, moe_experts_ref, route_ref
 
 MOE_BACKENDS = ("reference", "triton", "triton-w4a8", "triton-repack")
@@ -56,16 +63,6 @@ class MoESpec:
         return cls(name, len(experts), hidden, dim, layout, quantize_inputs, min_byte, spread)
 
 
-class ReferenceMoE:
-    name = "reference"
-
-    def is_supported(self, platform: Platform) -> tuple[bool, str]:
-        return True, "torch reference runs everywhere"
-
-    def can_implement(self, spec: MoESpec) -> tuple[bool, str]:
-        return True, "the spec itself (fp64 accumulation)"
-
-
 class TritonMoE:
     """The Triton MoE block in one of its variants ("triton", "triton-w4a8", "triton-repack")."""
 
@@ -74,18 +71,12 @@ class TritonMoE:
         self.enabled = enabled
 
     def is_supported(self, platform: Platform) -> tuple[bool, str]:
-        if not self.enabled:
-            return False, (f"off by default until the issue-10 gates pass (force with kernel_overrides "
-                           f"{{'moe': '{self.name}'}} or {OVERRIDES_ENV}=moe={self.name})")
-        if not platform.has_triton:
-            return False, "triton is not installed"
-        if platform.device_type != "cuda" or platform.is_rocm:
-            return False, f"needs an NVIDIA GPU, device is {platform.device_type}{' (ROCm)' if platform.is_rocm else ''}"
-        need = (8, 9) if self.name == "triton-w4a8" else (8, 0)
-        if platform.capability < need:
-            what = "FP8 tensor cores" if need == (8, 9) else "bf16 tensor cores"
-            return False, f"needs sm_{need[0]}{need[1]}+ for {what}, got sm_{platform.capability[0]}{platform.capability[1]}"
-        return True, f"CUDA sm_{platform.capability[0]}{platform.capability[1]}"
+        w4a8 = self.name == "triton-w4a8"
+        return triton_cuda_support(
+            platform, enabled=self.enabled,
+            off_reason=(f"off by default until the issue-10 gates pass (force with kernel_overrides "
+                        f"{{'moe': '{self.name}'}} or {OVERRIDES_ENV}=moe={self.name})"),
+            min_capability=(8, 9) if w4a8 else (8, 0), needs="FP8 tensor cores" if w4a8 else "bf16 tensor cores")
 
     def can_implement(self, spec: MoESpec) -> tuple[bool, str]:
         if spec.layout not in ("mxfp4", "fp8_block"):
@@ -110,7 +101,7 @@ class TritonMoE:
 
 
 def moe_candidates(forced: str | None) -> list:
-    return [TritonMoE(name, forced == name) for name in ("triton-w4a8", "triton", "triton-repack")] + [ReferenceMoE()]
+    return [TritonMoE(name, forced == name) for name in ("triton-w4a8", "triton", "triton-repack")] + [ReferenceCandidate()]
 
 
 def choose_moe(spec: MoESpec, platform: Platform, *, forced: str | None = None) -> Choice:
@@ -120,20 +111,7 @@ def choose_moe(spec: MoESpec, platform: Platform, *, forced: str | None = None) 
     "reference" leaves only the reference."""
     if forced not in (None, *MOE_BACKENDS):
         raise ValueError(f"moe: unknown backend {forced!r}; known: {list(MOE_BACKENDS)}")
-    candidates = moe_candidates(forced)
-    if forced == "reference":
-        candidates = [c for c in candidates if c.name == "reference"]
-    passed_over = []
-    for cand in candidates:
-        ok, why = cand.is_supported(platform)
-        if ok:
-            ok, why = cand.can_implement(spec)
-        if ok:
-            prefix = "forced; " if forced == cand.name else ""
-            skipped = f" (passed over: {'; '.join(passed_over)})" if passed_over else ""
-            return Choice(cand.name, prefix + why + skipped)
-        passed_over.append(f"{cand.name}: {why}")
-    raise ValueError(f"moe {spec.name}: no implementation fits ({'; '.join(passed_over)})")
+    return choose_first(f"moe {spec.name}", moe_candidates(forced), spec, platform, forced)
 
 
 def moe_kernel_slots(backend: str, *, shared_backend: str = "reference") -> dict[str, Callable]:
