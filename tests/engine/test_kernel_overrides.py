@@ -1,4 +1,4 @@
-"""The engine's kernel front door for the MoE and attention backends (mxserve.engine.kernel_selection).
+"""The engine's kernel front door for the MoE and attention backends (mxserve.model.kernel_selection).
 
 * the reference is the default everywhere (no override: every KernelSet slot is the torch twin);
 * forcing `attention=triton,moe=triton` through `LLM(..., kernel_overrides=...)` on the CPU runs the
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from mxserve import LLM, SamplingParams
-from mxserve.engine.kernel_selection import resolve_overrides
+from mxserve.model.kernel_selection import resolve_overrides
 from mxserve.model.kernel_set import REFERENCE_KERNELS
 from mxserve.verify.stage_kernels import MOE_MAX_REL, compare_moe_layers, engine_selection
 

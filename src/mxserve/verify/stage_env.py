@@ -37,7 +37,7 @@ def selected_backends(device: str) -> dict[str, str]:
                 for op, backends in KERNEL_BACKENDS.items()}
     if forced.get("linear") == "triton":
         selected["linear"] = "triton per layer where it fits (forced), reference elsewhere"
-    if forced.get("moe", "reference") != "reference":  # chosen per layer at load (mxserve.engine.kernel_selection)
+    if forced.get("moe", "reference") != "reference":  # chosen per layer at load (mxserve.model.kernel_selection)
         selected["moe"] = f"{forced['moe']} per layer where it fits (forced), reference elsewhere"
     if forced.get("attention", "reference") != "reference":
         selected["attention"] = "triton where it fits (forced; CUDA, or the interpreter under TRITON_INTERPRET=1)"
