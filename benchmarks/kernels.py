@@ -59,12 +59,6 @@ def emit(row: dict) -> None:
         fh.flush()
 
 
-
-
-
-
-
-
 def make_weight(n: int, k: int, seed: int) -> QuantizedWeight:
     g = torch.Generator(device="cuda").manual_seed(seed)
     w = torch.randn(n, k, device="cuda", generator=g) * 0.02
@@ -293,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ms", nargs="*", type=int, default=list(MS))
     parser.add_argument("--check", action="store_true", help="parity and batch invariance first")
     parser.add_argument("--grouped", action="store_true", help="also the grouped wo_a projection")
+    parser.add_argument("--no-bench", action="store_true",
+                        help="only --check (a compile-warming pass that can run beside other work; no timing)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py needs a CUDA GPU", file=sys.stderr)
@@ -318,13 +314,13 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # report and still benchmark
                 log.append({"kind": "check_error", "error": f"{type(e).__name__}: {e}"[:2000]})
                 emit(log[-1])
-        for name, (n, k) in shapes.items():
+        for name, (n, k) in ({} if args.no_bench else shapes).items():
             try:
                 bench_shape(name, n, k, tuple(args.ms), copy_bw, log)
             except Exception as e:  # one shape failing must not hide the others
                 log.append({"kind": "bench_error", "shape": name, "error": f"{type(e).__name__}: {e}"[:2000]})
                 emit(log[-1])
-        if args.grouped:
+        if args.grouped and not args.no_bench:
             try:
                 bench_grouped(copy_bw, tuple(args.ms), log)
             except Exception as e:

@@ -19,7 +19,7 @@ import triton.language as tl
 from mxserve.kernels.attention_ops._cache_jit import entry_offsets, load_entries
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['N'])  # run-time sizes: one compile for every value
 def _indexer_scores_kernel(
     q_ptr, w_ptr, slots_ptr, out_ptr, buf, block_size, page_stride, H, N,
     stride_qt, stride_qh, stride_wt, stride_ot,

@@ -20,7 +20,7 @@ import triton.language as tl
 from mxserve.kernels.linear_fp8_block._linear_fp8_block_kernel import _ue8m0_to_fp32
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['M', 'stride_os', 'KB_PER_GROUP'])  # run-time sizes: one compile for every value
 def _gemv_fma_kernel(
     x_ptr, w_ptr, ws_ptr, lut_ptr, out_ptr,
     M, N, K,

@@ -135,7 +135,7 @@ def _group_partial(
     return acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['M', 'stride_os', 'NUM_SPLITS', 'M_BUCKET', 'KB_PER_GROUP', 'NUM_GROUPS'])  # run-time sizes: one compile for every value
 def _blockdot_kernel(
     x_ptr, xs_ptr, w_ptr, ws_ptr, lut_ptr, out_ptr,
     M, N, K,
@@ -181,7 +181,7 @@ def _blockdot_kernel(
     tl.store(out, total, mask=n_mask[:, None] & m_mask[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['numel', 'stride_g'])  # run-time sizes: one compile for every value
 def _sum_groups_kernel(part_ptr, out_ptr, numel, stride_g, NUM_GROUPS: tl.constexpr, BLOCK: tl.constexpr):
     """out = ((0 + p_0) + p_1) + ... in group order: the same additions as the in-program path."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

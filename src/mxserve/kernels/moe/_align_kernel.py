@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['num_pairs', 'max_blocks'])  # run-time sizes: one compile for every value
 def _moe_align_kernel(
     ids_ptr, sorted_ptr, block_expert_ptr, expert_start_ptr, expert_count_ptr,
     num_pairs, E, max_blocks,

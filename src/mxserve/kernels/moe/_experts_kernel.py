@@ -176,7 +176,7 @@ def _block_rows(sorted_ptr, block_expert_ptr, expert_start_ptr, expert_count_ptr
     return expert, pos, pair, valid
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['num_pairs'])  # run-time sizes: one compile for every value
 def _moe_gate_up_kernel(
     x_ptr, xs_ptr, w1_ptr, w1s_ptr, w3_ptr, w3s_ptr,
     sorted_ptr, block_expert_ptr, expert_start_ptr, expert_count_ptr, route_w_ptr,
@@ -226,7 +226,7 @@ def _moe_gate_up_kernel(
         tl.store(dst, h, mask=keep)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['num_pairs'])  # run-time sizes: one compile for every value
 def _moe_down_kernel(
     h_ptr, hs_ptr, w2_ptr, w2s_ptr,
     sorted_ptr, block_expert_ptr, expert_start_ptr, expert_count_ptr,

@@ -27,7 +27,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['T'])  # run-time sizes: one compile for every value
 def _gate_logits_kernel(
     x_ptr, w_ptr, out_ptr, T, E, D,
     stride_xt, stride_we, stride_ot,
@@ -65,7 +65,7 @@ def _sqrt_softplus_f64(logits, USE_LIBDEVICE: tl.constexpr):
     return root.to(tl.float32)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['T'])  # run-time sizes: one compile for every value
 def _route_select_kernel(
     logits_ptr, bias_ptr, tid2eid_ptr, token_ids_ptr, scaling_ptr, weights_ptr, ids_ptr,
     T, E,

@@ -60,7 +60,7 @@ def _attend_source(acc, m_i, l_i, q, q_hi, q_lo, t, buf, slots_ptr, num_keys, st
     return acc, m_i, l_i
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['num_keys0', 'num_keys1'])  # run-time sizes: one compile for every value
 def _sparse_attention_kernel(
     q_ptr, out_ptr, sink_ptr,
     buf0, slots0_ptr, num_keys0, stride_s0, block_size0, page_stride0,

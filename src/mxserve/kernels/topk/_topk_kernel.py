@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['k'])  # run-time sizes: one compile for every value
 def _topk_kernel(
     scores_ptr, mask_ptr, num_valid_ptr, out_ptr, C, k, stride_s, stride_m, stride_o,
     HAS_MASK: tl.constexpr, HAS_NUM: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_OUT: tl.constexpr,
