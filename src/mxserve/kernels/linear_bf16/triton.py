@@ -48,7 +48,9 @@ def linear_bf16_triton(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     elif is_decode:
         block_n, block_m, warps, stages = 64, 16, 4, 4
     else:
-        block_n, block_m, warps, stages = 128, 128, 8, 3
+        # fp32 x doubles the activation tile: 3 stages of (128x128 fp32 x + 128x128 bf16 w) need 288 KB of
+        # shared memory, over the H200's 227 KB (seen on the GPU); 2 stages fit
+        block_n, block_m, warps, stages = 128, 128, 8, 3 if x2.dtype != torch.float32 else 2
     split = num_groups > 1 and (is_decode or triton.cdiv(n, 128) * triton.cdiv(m, 128) < _FEW_PROGRAMS)
     consts = dict(X_MODE=2, X_PIECES=1 if x2.dtype == torch.bfloat16 else 2, DOT=0 if interpreting() else 1, W_KIND=2)
     # ---------------------------------------------------------------------------------------------

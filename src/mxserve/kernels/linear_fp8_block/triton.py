@@ -31,12 +31,12 @@ import torch
 import triton
 
 from mxserve.formats import E4M3FN, QuantizedWeight, decode_table, fp8_fnuz_to_ocp
+from mxserve.kernels.act_quant import fake_quant_fp8, quantize_fp8_block
 from mxserve.kernels.linear_fp8_block._gemv_kernel import _gemv_fma_kernel
 from mxserve.kernels.linear_fp8_block._linear_fp8_block_kernel import _blockdot_kernel, _sum_groups_kernel
 from mxserve.kernels.linear_fp8_block.reference import (
     BLOCK_K,
     check_fp8_block_weight,
-    quantize_activation_fp8_block,
 )
 
 DECODE_MAX_M = 16  # rows up to which the decode launch (16-token tile, split-K grid) runs
@@ -126,12 +126,10 @@ def linear_fp8_block_triton(
         x2 = x2.contiguous()  # the kernels read 128 contiguous channels per block
     if tile == "gemv":
         if quantize_input:
-            from mxserve.formats import fake_quant_fp8_pow2
-
-            x2 = fake_quant_fp8_pow2(x2.float(), block=BLOCK_K)  # exact values; products exact in fp32
+            x2 = fake_quant_fp8(x2.float(), block=BLOCK_K)  # exact values; products exact in fp32
         out = launch_gemv_fp8_block(x2, weight, weight_decode=weight_decode)
     elif quantize_input and x2.shape[0]:
-        x_codes, x_scales = quantize_activation_fp8_block(x2)
+        x_codes, x_scales = quantize_fp8_block(x2)  # fused kernel, bit-identical to the twin
         out = launch_linear_fp8_block(x_codes, weight, x_scales=x_scales, tile=tile, weight_decode=weight_decode)
     else:
         out = launch_linear_fp8_block(x2, weight, tile=tile, weight_decode=weight_decode)

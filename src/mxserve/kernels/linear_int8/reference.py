@@ -2,7 +2,7 @@
 
 Quantization (both sides symmetric, per row): scale = amax / 127 in fp32 (1 for an all-zero
 row), code = round_half_even(value / scale) clamped to [-127, 127]. The product: the exact
-integer dot (int64 here; int32 in the kernel, exact while K·127² < 2^31, i.e. K < 133,144),
+integer dot (float64 here, exact for integers below 2^53; int32 in the kernel, exact while K·127² < 2^31, i.e. K < 133,144),
 converted to fp32 once (round to nearest), times the token's scale, times the channel's scale.
 """
 
@@ -77,6 +77,7 @@ def linear_int8_ref(x: torch.Tensor, weight: Int8Weight) -> torch.Tensor:
     if x2.shape[0] == 0:
         return x.new_zeros((*x.shape[:-1], n), dtype=torch.float32)
     codes, xs = quantize_activation_int8(x2)
-    acc = codes.long() @ weight.codes.long().t()  # exact
+    # exact: |products| <= 127², sums < 2^53 for K < 5.5e11 in float64 (CUDA has no int64 matmul)
+    acc = codes.double() @ weight.codes.double().t()
     out = (acc.float() * xs[:, None]) * weight.scales[None, :]
     return out.reshape(*x.shape[:-1], n)

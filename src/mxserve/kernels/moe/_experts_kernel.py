@@ -27,7 +27,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-MAGIC_RNE = 12582912.0  # 1.5 * 2^23: (v + M) - M rounds |v| < 2^22 to an integer, ties to even
+from mxserve.kernels.act_quant._act_quant_kernel import clamp_e4m3, exp2_bits, pow2_scale_exponent, round_e4m3
 
 
 @triton.jit
@@ -46,30 +46,12 @@ def _e2m1_times_2m14(nib):
 
 
 @triton.jit
-def _round_e4m3(q):
-    """fp32 q with |q| <= 448 → the nearest e4m3fn value (ties to even), in fp32."""
-    e = ((q.to(tl.int32, bitcast=True) >> 23) & 255) - 127
-    e = tl.maximum(e, -6)  # subnormal e4m3 values share the ulp 2^-9
-    ulp = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
-    return ((q / ulp + 12582912.0) - 12582912.0) * ulp
-
-
-@triton.jit
 def _round_bf16(v):
     """fp32 → the nearest bf16 value (ties to even), in fp32, by bit arithmetic: the interpreter's
     fp32 → bf16 cast truncates, and this must match torch's `.to(torch.bfloat16)` everywhere."""
     bits = v.to(tl.int32, bitcast=True)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
     return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _pow2_scale(amax):
-    """The faithful activation scale 2^ceil(log2(max(amax, 1e-4) / 448)), fp32 (formats.pow2)."""
-    ratio = tl.maximum(amax, 1e-4) / 448.0
-    bits = ratio.to(tl.int32, bitcast=True)
-    e = ((bits >> 23) & 255) - 127 + tl.where((bits & 0x7FFFFF) != 0, 1, 0)
-    return ((e + 127) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -212,9 +194,10 @@ def _moe_gate_up_kernel(
         h = _round_bf16(h)
     keep = n_mask[:, None] & valid[None, :]
     if QUANT_H:  # BLOCK_N is 128: this tile's rows are whole 128-channel blocks of h
-        scale = _pow2_scale(tl.max(tl.where(keep, tl.abs(h), 0.0), axis=0))  # [BM]
-        q = tl.minimum(tl.maximum(h / scale[None, :], -448.0), 448.0)
-        q = _round_e4m3(q)
+        # the faithful quantizer of `act_quant` (NaN in h is not special-cased: it stays NaN)
+        e = pow2_scale_exponent(tl.max(tl.where(keep, tl.abs(h), 0.0), axis=0))  # [BM]
+        q = round_e4m3(clamp_e4m3(h * exp2_bits(-e)[None, :]))
+        scale = exp2_bits(e)
         h = q * scale[None, :]
         tl.store(hs_ptr + pos * stride_hs + tl.program_id(0), scale, mask=valid)
     dst = h_ptr + pos[None, :] * stride_h + offs_n[:, None]

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from mxserve.formats import QuantizedWeight, WeightLayout, fake_quant_fp8_pow2, mxfp4_to_fp8_block
+from mxserve.formats import QuantizedWeight, WeightLayout, mxfp4_to_fp8_block
+from mxserve.kernels.act_quant import fake_quant_fp8, quantize_fp8_block
 from mxserve.kernels.linear import ResidentWeight
-from mxserve.kernels.linear_fp8_block import quantize_activation_fp8_block
 from mxserve.kernels.moe._experts_kernel import _moe_combine_kernel, _moe_down_kernel, _moe_gate_up_kernel
 from mxserve.kernels.moe.align import align_triton
 from mxserve.kernels.moe.reference import ExpertWeights
@@ -188,9 +188,9 @@ def moe_experts_triton(
 
     x = x.contiguous()
     if x_fp8:
-        x_op, x_scales = quantize_activation_fp8_block(x)
+        x_op, x_scales = quantize_fp8_block(x)
     else:
-        x_op = fake_quant_fp8_pow2(x, block=128) if quantize_inputs else x
+        x_op = fake_quant_fp8(x, block=128) if quantize_inputs else x
         x_scales = out  # unused pointer
     x_pieces = 2 if (x_op.dtype == torch.float32 and not quantize_inputs) else 1
     blocks = align_triton(expert_ids, st.num_experts, block_m)
