@@ -84,15 +84,10 @@ def attention_heads(
 ) -> torch.Tensor:
     """Everything before the output projection: x [T, D] → per-head outputs [T, H, d] in stream
     dtype, after the inverse RoPE (H = ctx.config.num_attention_heads, the heads `w.wq_b` holds)."""
-    cfg, policy, kernels = ctx.config, ctx.policy, ctx.kernels
-    sd, qi = policy.stream_dtype, policy.quantize_gemm_inputs
+    cfg, kernels = ctx.config, ctx.kernels
     num_tokens, heads, head_dim = x.shape[0], cfg.num_attention_heads, cfg.head_dim
     positions = batch.positions
-
-    qr = rms_norm(kernels.linear(x, w.wq_a, quantize_input=qi).to(sd), w.q_norm, cfg.rms_norm_eps)
-    q = kernels.linear(qr, w.wq_b, quantize_input=qi).to(sd).view(num_tokens, heads, head_dim)
-    q = kernels.q_norm_rope(q, positions, ctx.inv_freq, cfg.rms_norm_eps)
-    kv = kernels.linear(x, w.wkv, quantize_input=qi).to(sd)  # kv_norm + RoPE happen in kv_insert
+    q, kv, indexer_q, indexer_w = project_inputs(x, positions, w, ctx)
 
     # Window KV of every token, one insert for the whole batch (before any chunk's attention).
     window_write_slots = []
@@ -103,13 +98,6 @@ def attention_heads(
     kernels.kv_insert(kv, w.kv_norm, cfg.rms_norm_eps, positions, ctx.inv_freq, caches.window,
                       torch.cat(window_write_slots) if window_write_slots else positions.new_empty(0))
 
-    indexer_q = indexer_w = None
-    if w.indexer is not None:
-        ih, idim = cfg.index_n_heads, cfg.index_head_dim
-        indexer_q = kernels.linear(qr, w.indexer.wq_b, quantize_input=qi).to(sd).view(num_tokens, ih, idim)
-        indexer_q = kernels.rope(indexer_q, positions, ctx.inv_freq)
-        indexer_w = kernels.linear(x, w.indexer.weights_proj) * (idim**-0.5 * ih**-0.5)
-
     out = torch.empty(num_tokens, heads, head_dim, dtype=torch.float32, device=x.device)
     for chunk in batch.chunks:
         rows = slice(chunk.token_offset, chunk.token_offset + chunk.num_tokens)
@@ -118,7 +106,30 @@ def attention_heads(
             None if indexer_q is None else indexer_q[rows], None if indexer_w is None else indexer_w[rows],
             w, ctx, caches, state, observer,
         )
-    return kernels.rope(out.to(sd), positions, ctx.inv_freq, inverse=True)
+    return kernels.rope(out.to(ctx.policy.stream_dtype), positions, ctx.inv_freq, inverse=True)
+
+
+def project_inputs(
+    x: torch.Tensor, positions: torch.Tensor, w: AttentionWeights, ctx: LayerContext,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The row-wise projections of every token (shared by the per-chunk and the decode paths):
+    q [T, H, d] after the per-head RMS + RoPE, kv [T, d] before its norm (kv_insert does it), and
+    for CSA layers the indexer's q [T, H_I, D_I] (RoPE'd) and head weights [T, H_I] (else None)."""
+    cfg, policy, kernels = ctx.config, ctx.policy, ctx.kernels
+    sd, qi = policy.stream_dtype, policy.quantize_gemm_inputs
+    num_tokens = x.shape[0]
+    qr = rms_norm(kernels.linear(x, w.wq_a, quantize_input=qi).to(sd), w.q_norm, cfg.rms_norm_eps)
+    q = kernels.linear(qr, w.wq_b, quantize_input=qi).to(sd).view(num_tokens, cfg.num_attention_heads, cfg.head_dim)
+    q = kernels.q_norm_rope(q, positions, ctx.inv_freq, cfg.rms_norm_eps)
+    kv = kernels.linear(x, w.wkv, quantize_input=qi).to(sd)  # kv_norm + RoPE happen in kv_insert
+
+    indexer_q = indexer_w = None
+    if w.indexer is not None:
+        ih, idim = cfg.index_n_heads, cfg.index_head_dim
+        indexer_q = kernels.linear(qr, w.indexer.wq_b, quantize_input=qi).to(sd).view(num_tokens, ih, idim)
+        indexer_q = kernels.rope(indexer_q, positions, ctx.inv_freq)
+        indexer_w = kernels.linear(x, w.indexer.weights_proj) * (idim**-0.5 * ih**-0.5)
+    return q, kv, indexer_q, indexer_w
 
 
 def _attend_chunk(

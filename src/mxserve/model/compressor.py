@@ -59,10 +59,12 @@ def compressor_step(
     round_pooled_to_bf16: bool,
     kernels: KernelSet = REFERENCE_KERNELS,
 ) -> None:
-    """Process one sequence chunk: x [T, D] (normed block input), positions [T] contiguous.
+    """Process T tokens: x [T, D] (normed block input), positions [T] (one chunk: contiguous).
 
-    `state_slots_of(pos [N]) -> slots [N]`, `entry_slots_of(s [N]) -> slots [N]` map this
-    sequence's positions/entries to global cache slots (−1 for negative indices).
+    `state_slots_of(pos [T, ...]) -> slots [T, ...]`, `entry_slots_of(s [T]) -> slots [T]` map
+    positions/entries to global cache slots (−1 for negative indices), row t's with row t's
+    tables: one sequence's tables for a chunk, each row's own for a decode batch
+    (`mxserve.model.decode_batch.paged_slots`); positions need not be contiguous across rows then.
     """
     m = spec.ratio
     a = kernels.linear(x, weights.wkv)  # fp32 [T, c·d] (the release computes these in fp32)
@@ -76,7 +78,7 @@ def compressor_step(
     entry_slots = torch.where(completes, entry_slots_of(entry_ids), -1)
     current = entry_ids[:, None] * m + torch.arange(m, device=positions.device)[None, :]  # [T, m] window s
     row_positions = torch.cat((current - m, current), dim=1) if spec.overlap else current
-    row_slots = state_slots_of(row_positions.reshape(-1)).view(row_positions.shape)  # −1 before position 0
+    row_slots = state_slots_of(row_positions)  # [T, R]; −1 before position 0
     emit_args = dict(ratio=m, overlap=spec.overlap, norm_weight=weights.norm, eps=rms_eps, inv_freq=inv_freq,
                      out_dtype=out_dtype, round_pooled_to_bf16=round_pooled_to_bf16, entry_cache=entry_cache)
     if kernels.compressor_emit is None:

@@ -11,15 +11,23 @@ mapping; they are not used here (`mxserve.model.dspark` runs the 0731 draft, fed
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
 from mxserve.config import AttentionKind, ModelConfig
 from mxserve.formats import QuantizedWeight
 from mxserve.kernels.moe import ExpertWeights
-from mxserve.model.attention import AttentionWeights, IndexerWeights, LayerContext, attention_forward
+from mxserve.model.attention import (
+    AttentionWeights,
+    IndexerWeights,
+    LayerContext,
+    attention_forward,
+    output_projection,
+)
 from mxserve.model.compressor import CompressorWeights
+from mxserve.model.decode_attention import decode_attention_heads
+from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry
 from mxserve.model.forward_batch import ForwardBatch
 from mxserve.model.hyper_connection import HyperConnectionWeights, hc_head, hc_post, hc_pre
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
@@ -59,9 +67,9 @@ class DeepseekV4Model:
             self.policy = numerics
         else:
             self.policy = NumericPolicy.for_mode(numerics, kv_cache_dtype)
-        self.rope = RopeTables(config)
         store = WeightStore(weights, resident=resident_weights)
         self.embed = store.tensor("embed.weight")
+        self.rope = RopeTables(config, device=self.embed.device)
         self.head = store.linear("head")
         self.final_norm = store.tensor("norm.weight")
         self.hc_head_weights = (store.tensor("hc_head_fn"), store.tensor("hc_head_base"), store.tensor("hc_head_scale"))
@@ -145,28 +153,75 @@ class DeepseekV4Model:
             return torch.zeros(0, cfg.vocab_size), torch.zeros(0, len(aux_layer_ids) * cfg.hidden_size, dtype=sd)
         if int(batch.token_ids.max()) >= cfg.vocab_size or int(batch.token_ids.min()) < 0:
             raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); got {batch.token_ids.min()}..{batch.token_ids.max()}")
-        hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
-        streams = self.embed[batch.token_ids].to(sd)[:, None, :].expand(-1, cfg.hc_mult, -1).contiguous()
         observer = self.observer
         captured: dict[int, torch.Tensor] = {}
-        for hc_attn, attn_norm, attention, hc_ffn, ffn_norm, moe, ctx in self.layers:
-            block_in, post, comb = hc_pre(streams, hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
-            out = attention_forward(rms_norm(block_in, attn_norm, cfg.rms_norm_eps), batch, attention, ctx,
-                                    state.layers[ctx.layer_id], state, observer)
-            streams = hc_post(out, streams, post, comb)
-            block_in, post, comb = hc_pre(streams, hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
-            out = moe_forward(rms_norm(block_in, ffn_norm, cfg.rms_norm_eps), batch.token_ids, moe, cfg, self.policy,
-                              self.kernels)
+
+        def attend(x: torch.Tensor, attention: AttentionWeights, ctx: LayerContext) -> torch.Tensor:
+            return attention_forward(x, batch, attention, ctx, state.layers[ctx.layer_id], state, observer)
+
+        def after_moe(ctx: LayerContext, out: torch.Tensor) -> None:
             if observer is not None:
                 observer.on_moe_output(ctx.layer_id, batch, out)
-            streams = hc_post(out, streams, post, comb)
+
+        def after_layer(ctx: LayerContext, streams: torch.Tensor) -> None:
             if observer is not None:
                 observer.on_layer_output(ctx.layer_id, batch, streams)
             if ctx.layer_id in aux_layer_ids:
                 # hc-mean in fp64 (order-free, batch invariant), rounded once to the stream dtype
                 captured[ctx.layer_id] = streams.double().mean(dim=1).to(sd)
+
+        streams = self._layers(batch.token_ids, attend, after_moe, after_layer)
         aux = torch.cat([captured[i] for i in aux_layer_ids], dim=-1) if aux_layer_ids else streams.new_zeros(0)
         if batch.logits_rows is not None:
             streams = streams[batch.logits_rows]
+        return self._logits(streams), aux
+
+    @torch.no_grad()
+    def decode_forward(self, batch: DecodeBatch, state: ModelCacheState, geometry: DecodeGeometry) -> torch.Tensor:
+        """A pure-decode step (one token per row): fp32 logits [B, vocab] for every row, padding rows
+        included (the caller drops them). Static shapes for a given (B, geometry) and no host sync in
+        the model's own code, so it can be captured in a CUDA graph (`supports_cuda_graphs`); logits
+        and cache bytes are bit-identical to `forward` on the same tokens as chunks of one. The
+        inputs are validated on the host by `build_decode_batch`; the observer is not called (the
+        engine runs `forward` when one is set)."""
+
+        def attend(x: torch.Tensor, attention: AttentionWeights, ctx: LayerContext) -> torch.Tensor:
+            heads = decode_attention_heads(x, batch, attention, ctx, state.layers[ctx.layer_id], geometry)
+            return output_projection(heads, attention, ctx)
+
+        return self._logits(self._layers(batch.token_ids, attend))
+
+    # CUDA graphs (mxserve.engine.cuda_graphs): pure-decode steps can run `decode_forward`, whose
+    # shapes depend only on (bucket, DecodeGeometry) and which never syncs with the host itself.
+    supports_cuda_graphs = True
+
+    def _layers(
+        self, token_ids: torch.Tensor, attend: Callable[[torch.Tensor, AttentionWeights, LayerContext], torch.Tensor],
+        after_moe: Callable[[LayerContext, torch.Tensor], None] | None = None,
+        after_layer: Callable[[LayerContext, torch.Tensor], None] | None = None,
+    ) -> torch.Tensor:
+        """Embedding and every block (hc_pre → norm → attention → hc_post → hc_pre → norm → MoE →
+        hc_post); `attend(normed x [T, D], weights, ctx) -> [T, D]` is the attention of one layer.
+        Returns the hc streams [T, hc, D] after the last layer."""
+        cfg, sd = self.config, self.policy.stream_dtype
+        hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
+        streams = self.embed[token_ids].to(sd)[:, None, :].expand(-1, cfg.hc_mult, -1).contiguous()
+        for hc_attn, attn_norm, attention, hc_ffn, ffn_norm, moe, ctx in self.layers:
+            block_in, post, comb = hc_pre(streams, hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
+            out = attend(rms_norm(block_in, attn_norm, cfg.rms_norm_eps), attention, ctx)
+            streams = hc_post(out, streams, post, comb)
+            block_in, post, comb = hc_pre(streams, hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
+            out = moe_forward(rms_norm(block_in, ffn_norm, cfg.rms_norm_eps), token_ids, moe, cfg, self.policy,
+                              self.kernels)
+            if after_moe is not None:
+                after_moe(ctx, out)
+            streams = hc_post(out, streams, post, comb)
+            if after_layer is not None:
+                after_layer(ctx, streams)
+        return streams
+
+    def _logits(self, streams: torch.Tensor) -> torch.Tensor:
+        cfg = self.config
+        hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
         hidden = rms_norm(hc_head(streams, *self.hc_head_weights, **hc_args), self.final_norm, cfg.rms_norm_eps)
-        return self.kernels.linear(hidden, self.head), aux
+        return self.kernels.linear(hidden, self.head)

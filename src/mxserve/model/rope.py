@@ -42,10 +42,13 @@ def inverse_frequencies(rope_dim: int, base: float, scaling: YarnScaling | None)
 class RopeTables:
     """The two frequency tables of a model, picked per attention kind."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, device: torch.device | str = "cpu") -> None:
+        """`device`: where the tables live (the model's): on a GPU, a CPU table would be copied to
+        the device on every call, a host synchronisation that also breaks CUDA-graph capture.
+        Computed on the CPU either way, so the values do not depend on the device."""
         self.rope_dim = config.qk_rope_head_dim
-        self.main = inverse_frequencies(self.rope_dim, config.rope_theta, None)
-        self.compress = inverse_frequencies(self.rope_dim, config.compress_rope_theta, config.rope_scaling)
+        self.main = inverse_frequencies(self.rope_dim, config.rope_theta, None).to(device)
+        self.compress = inverse_frequencies(self.rope_dim, config.compress_rope_theta, config.rope_scaling).to(device)
 
     def for_kind(self, kind: AttentionKind) -> torch.Tensor:
         return self.main if kind is AttentionKind.SLIDING else self.compress

@@ -1,7 +1,7 @@
 """Private Triton kernel of the Lightning Indexer scores; launched only through `indexer/triton.py`.
 
-One program = one query token x BLOCK_N candidate keys. Keys are gathered from the indexer key
-cache's bytes (FP8 codes x the key's fp32 power-of-two scale, or plain rows) by slot, once per
+One program = one query token x BLOCK_N candidate keys (from its own slot row, or the shared
+one). Keys are gathered from the indexer key cache's bytes (FP8 codes x the key's fp32 power-of-two scale, or plain rows) by slot, once per
 program; heads are visited in blocks of BLOCK_H: dots [BLOCK_H, BLOCK_N], ReLU, times the head
 weights, summed over heads in a fixed order. No quantity depends on the number of tokens in
 the launch (batch invariance). A score is exactly 0 whenever every head's dot is <= 0, as in the
@@ -22,14 +22,14 @@ from mxserve.kernels.attention_ops._cache_jit import entry_offsets, load_entries
 @triton.jit(do_not_specialize=['N'])  # run-time sizes: one compile for every value
 def _indexer_scores_kernel(
     q_ptr, w_ptr, slots_ptr, out_ptr, buf, block_size, page_stride, H, N,
-    stride_qt, stride_qh, stride_wt, stride_ot,
+    stride_qt, stride_qh, stride_wt, stride_ot, stride_st,
     MODE: tl.constexpr, HEAD_DIM: tl.constexpr, DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT: tl.constexpr, Q_PIECES: tl.constexpr,
 ):
     t = tl.program_id(0)
     nn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)
-    slots = tl.load(slots_ptr + nn, mask=nn < N, other=-1)
+    slots = tl.load(slots_ptr + t * stride_st + nn, mask=nn < N, other=-1)  # stride_st 0: one key set
     valid = slots >= 0
     data_off, scale_off = entry_offsets(slots, block_size, page_stride, DATA_BYTES, SCALE_BYTES)
     k = load_entries(buf, data_off, scale_off, valid, cols, MODE, HEAD_DIM)  # fp32 [BLOCK_N, BLOCK_D]

@@ -2,8 +2,10 @@
 
 `indexer_scores_cache_triton(q, head_weights, key_cache, key_slots)` = the twin
 `indexer_scores_ref(q, head_weights, key_cache.read(key_slots))` without materialising the keys:
-q [T, H, D] (fp32/bf16), head_weights [T, H] (already scaled), key_slots [N] int64 (−1: score
-computed against a zero key, i.e. 0; callers mask such candidates) → scores fp32 [T, N].
+q [T, H, D] (fp32/bf16), head_weights [T, H] (already scaled), key_slots [N] int64 shared by every
+query, or [T, N] one row per query (a decode batch: each row its own sequence's keys; the twin
+per row) (−1: score computed against a zero key, i.e. 0; callers mask such candidates) → scores
+fp32 [T, N]. The per-row form changes only where a program reads its slots, not the arithmetic.
 """
 
 from __future__ import annotations
@@ -31,12 +33,15 @@ def indexer_scores_cache_triton(q: torch.Tensor, head_weights: torch.Tensor, key
     args = cache_args(key_cache)
     if args.head_dim != head_dim:
         raise ValueError(f"indexer_scores: key cache head_dim {args.head_dim} != q head_dim {head_dim}")
-    if key_slots.dim() != 1 or key_slots.dtype != torch.int64:
-        raise ValueError(f"indexer_scores: key_slots must be int64 [N], got {key_slots.dtype} {tuple(key_slots.shape)}")
+    per_row = key_slots.dim() == 2
+    if not (key_slots.dim() == 1 or (per_row and key_slots.shape[0] == num_tokens)) or key_slots.dtype != torch.int64:
+        raise ValueError(f"indexer_scores: key_slots must be int64 [N] or [{num_tokens}, N], got {key_slots.dtype} "
+                         f"{tuple(key_slots.shape)}")
     key_cache.layout.check_slots(key_slots)
+    key_slots = key_slots.contiguous()
     q = q if q.stride(-1) == 1 else q.contiguous()
     w = head_weights.to(torch.float32).contiguous()
-    n = key_slots.shape[0]
+    n = key_slots.shape[-1]
     out = torch.empty(num_tokens, n, dtype=torch.float32, device=q.device)
     if num_tokens == 0 or n == 0:
         return out
@@ -48,8 +53,8 @@ def indexer_scores_cache_triton(q: torch.Tensor, head_weights: torch.Tensor, key
         block_h, block_n, num_warps = 16, 64, 4
     grid = (num_tokens, triton.cdiv(n, block_n))
     _indexer_scores_kernel[grid](
-        q, w, key_slots.contiguous(), out, args.buffer, args.block_size, args.stride, num_heads, n,
-        q.stride(0), q.stride(1), w.stride(0), out.stride(0),
+        q, w, key_slots, out, args.buffer, args.block_size, args.stride, num_heads, n,
+        q.stride(0), q.stride(1), w.stride(0), out.stride(0), key_slots.stride(0) if per_row else 0,
         MODE=int(args.mode), HEAD_DIM=head_dim, DATA_BYTES=args.data_bytes, SCALE_BYTES=args.scale_bytes,
         BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim), DOT=dot,
         Q_PIECES=2 if q.dtype == torch.float32 else 1, num_warps=num_warps,

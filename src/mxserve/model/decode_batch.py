@@ -1,0 +1,145 @@
+"""The static-shape input of a pure-decode step (every sequence advances by one token).
+
+`ForwardBatch` + `ModelCacheState` describe a step with Python lists (chunks, per-sequence block
+tables), which is right for prefill but costs host work and host syncs on every call. A decode
+step has a fixed shape once two numbers are fixed, which is what lets it be captured in a CUDA
+graph and replayed:
+
+* the batch bucket B (rows; rows past the real batch are padding), and
+* the capacity `DecodeGeometry`: `max_positions` (the engine's max_model_len) fixes how many pages
+  a sequence can own in each pool (`max_blocks`) and how many compressed entries a token can see
+  (HCA candidates, CSA indexer candidates). Candidate sets are sized by that capacity and masked
+  per row by the row's own visible count, so no shape depends on the data.
+
+`DecodeBatch` holds device tensors only: token ids, positions and, per pool, the block tables as
+a padded [B, max_blocks] table (−1 = no page). Padding rows have all-(−1) tables, so every slot
+they compute is −1: they write nothing and read nothing (reads of −1 return zeros), and rows
+never mix (every op of the decode forward is row-independent).
+
+`build_decode_batch` is the host side (outside any graph): it grows or checks the tables
+(`ensure_capacity`), validates everything a device check would otherwise have to sync for
+(token ids in range, positions below the capacity, page ids in range), and fills pinned host
+buffers that can be copied into static device buffers without a synchronisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from mxserve.config import ModelConfig
+from mxserve.model.kv_state import ModelCacheState, Pool, units_for
+
+
+@dataclass(frozen=True)
+class DecodeGeometry:
+    """The static capacity of the decode path (one per engine; graphs are captured against it)."""
+
+    block_size: int  # tokens (or entries) per cache page, the cache state's
+    max_positions: int  # a sequence's positions lie in [0, max_positions) (the engine's max_model_len)
+    max_blocks: Mapping[Pool, int]  # pages per sequence per pool: the width of the padded tables
+    hca_candidates: int  # compressed entries an HCA token can see at most (max_positions // ratio)
+    indexer_candidates: int  # CSA entries the indexer scores at most (max_positions // ratio)
+
+    @classmethod
+    def for_positions(cls, config: ModelConfig, block_size: int, max_positions: int) -> DecodeGeometry:
+        if block_size <= 0 or max_positions <= 0:
+            raise ValueError(f"DecodeGeometry: {block_size=} and {max_positions=} must be positive")
+        blocks = {pool: max(1, -(-units_for(config, pool, max_positions) // block_size)) for pool in Pool}
+        return cls(block_size, max_positions, blocks, units_for(config, Pool.HCA, max_positions),
+                   units_for(config, Pool.CSA, max_positions))
+
+
+@dataclass(frozen=True)
+class DecodeBatch:
+    token_ids: torch.Tensor  # [B] int64 (padding rows: 0)
+    positions: torch.Tensor  # [B] int64 absolute position of each row's token (padding rows: 0)
+    block_tables: Mapping[Pool, torch.Tensor]  # pool → [B, max_blocks[pool]] int64 page ids, −1 = none
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.token_ids.shape[0])
+
+    def copy_(self, other: DecodeBatch) -> None:
+        """Copy `other` (same shapes, e.g. pinned host buffers) into these tensors, asynchronously
+        (the static buffers of a captured graph)."""
+        self.token_ids.copy_(other.token_ids, non_blocking=True)
+        self.positions.copy_(other.positions, non_blocking=True)
+        for pool, table in self.block_tables.items():
+            table.copy_(other.block_tables[pool], non_blocking=True)
+
+    @classmethod
+    def empty(cls, num_rows: int, geometry: DecodeGeometry, *, device: torch.device | str = "cpu",
+              pin_memory: bool = False) -> DecodeBatch:
+        """A batch of padding rows (what static buffers start as)."""
+        def full(*shape: int, fill: int) -> torch.Tensor:
+            return torch.full(shape, fill, dtype=torch.int64, device=device, pin_memory=pin_memory)
+
+        return cls(full(num_rows, fill=0), full(num_rows, fill=0),
+                   {pool: full(num_rows, geometry.max_blocks[pool], fill=-1) for pool in Pool})
+
+
+def build_decode_batch(
+    token_ids: Sequence[int], seq_ids: Sequence[Hashable], positions: Sequence[int], state: ModelCacheState,
+    geometry: DecodeGeometry, *, num_rows: int, out: DecodeBatch | None = None,
+) -> DecodeBatch:
+    """Host side of a decode step: rows 0..n-1 are the sequences (one token each), n..num_rows-1
+    padding. Grows (self-managed) or checks (engine-owned) each sequence's tables first.
+
+    `out`: host buffers to fill (e.g. pinned, reused every step); a fresh CPU batch otherwise.
+    Raises ValueError for a token id out of the vocabulary, a position at or past the capacity,
+    more rows than `num_rows`, a table wider than the capacity or a page id out of its pool."""
+    n = len(token_ids)
+    if not n == len(seq_ids) == len(positions):
+        raise ValueError(f"build_decode_batch: {n} tokens, {len(seq_ids)} sequences, {len(positions)} positions")
+    if n > num_rows:
+        raise ValueError(f"build_decode_batch: {n} sequences do not fit {num_rows} rows")
+    if state.block_size != geometry.block_size:
+        raise ValueError(f"build_decode_batch: cache block size {state.block_size} != geometry {geometry.block_size}")
+    vocab = state.config.vocab_size
+    for tok, pos in zip(token_ids, positions, strict=True):
+        if not 0 <= tok < vocab:
+            raise ValueError(f"build_decode_batch: token id {tok} is not in [0, {vocab})")
+        if not 0 <= pos < geometry.max_positions:
+            raise ValueError(f"build_decode_batch: position {pos} is not in [0, {geometry.max_positions}) "
+                             "(the decode capacity)")
+    for seq, pos in zip(seq_ids, positions, strict=True):
+        state.ensure_capacity(seq, pos + 1)
+    batch = out if out is not None else DecodeBatch.empty(num_rows, geometry)
+    if batch.num_rows != num_rows:
+        raise ValueError(f"build_decode_batch: buffers have {batch.num_rows} rows, asked for {num_rows}")
+    batch.token_ids.fill_(0)
+    batch.positions.fill_(0)
+    batch.token_ids[:n] = torch.tensor(list(token_ids), dtype=torch.int64)
+    batch.positions[:n] = torch.tensor(list(positions), dtype=torch.int64)
+    for pool in Pool:
+        table = batch.block_tables[pool]
+        table.fill_(-1)
+        width, num_pages = geometry.max_blocks[pool], state.num_blocks[pool]
+        for row, seq in enumerate(seq_ids):
+            pages = state.block_tables[pool].get(seq, [])
+            if len(pages) > width:
+                raise ValueError(f"build_decode_batch: sequence {seq!r} has {len(pages)} {pool.value} pages, the "
+                                 f"decode capacity is {width}")
+            if pages and not (min(pages) >= 0 and max(pages) < num_pages):
+                raise ValueError(f"build_decode_batch: sequence {seq!r} {pool.value} page ids {pages} are not in "
+                                 f"[0, {num_pages})")
+            if pages:
+                table[row, : len(pages)] = torch.tensor(pages, dtype=torch.int64)
+    return batch
+
+
+def paged_slots(tables: torch.Tensor, indices: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Global cache slots of per-row indices: tables [B, M] page ids (−1 none), indices [B, ...]
+    (row b's positions or entry ids) → int64 slots of indices' shape, −1 where the index is
+    negative or its page is absent. For real rows this is exactly `ModelCacheState.slots` of the
+    row's sequence (the same address rule, spec §8.1), without building a tensor from a list."""
+    num_rows, width = tables.shape
+    flat = indices.reshape(num_rows, -1)
+    block = torch.div(flat, block_size, rounding_mode="floor")
+    in_table = (flat >= 0) & (block < width)
+    page = tables.gather(1, block.clamp(0, width - 1))
+    slot = page * block_size + flat.remainder(block_size)
+    return torch.where(in_table & (page >= 0), slot, torch.full_like(slot, -1)).view(indices.shape)
