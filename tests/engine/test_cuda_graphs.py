@@ -1,13 +1,16 @@
 """CUDA-graph decode machinery (mxserve.engine.cuda_graphs): buckets, padding, the eager reasons.
 
 CPU: bucket choice, padding, every fallback reason, the once-per-reason log, and the runner hook
-recording why each engine step ran eager. GPU (skipped without CUDA): `GraphPool` captures a
-static function per bucket and replay == eager bit for bit; the engine on CUDA reports that the
-DeepSeek-V4 forward is not capturable (no capture is claimed) and its tokens equal enforce_eager.
+recording why each engine step ran eager; `DecodeGraphs` without capture (static buffers, padding,
+row slicing) == the eager forward. GPU (marked gpu, skipped without CUDA): `GraphPool` replay ==
+eager; the default model's greedy 64 tokens with graphs == enforce_eager, tokens and sampled logits
+bit for bit, at batch 1 and at 5 prompts (bucket 8), with the default kernels and with every
+Triton kernel forced; one decode_forward step under set_sync_debug_mode("error") raises nothing.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 
 import pytest
@@ -17,12 +20,17 @@ from mxserve import LLM, SamplingParams
 from mxserve.engine.cuda_graphs import (
     BUCKETS,
     NOT_CAPTURABLE,
+    DecodeGraphs,
     EagerStats,
     GraphPool,
     bucket_for,
     decide,
     pad_to_bucket,
 )
+from mxserve.model.checkpoint import CheckpointReader
+from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry, build_decode_batch
+from mxserve.model.deepseek_v4 import DeepseekV4Model
+from mxserve.model.forward_batch import ForwardBatch
 
 CUDA = torch.cuda.is_available()
 
@@ -101,15 +109,113 @@ def test_graph_pool_replay_equals_eager_on_gpu():
         pool.run(torch.randn(65, 64, device="cuda"))
 
 
-@pytest.mark.skipif(not CUDA, reason="needs CUDA")
-def test_gpu_engine_reports_the_forward_is_not_capturable(tiny_all):
-    """No capture is claimed: graph mode requested, every step eager with the reason; tokens as eager."""
-    params = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
-    graphs = LLM(str(tiny_all), numerics="exact", max_model_len=64, device="cuda", progress=False)
-    eager = LLM(str(tiny_all), numerics="exact", max_model_len=64, device="cuda", enforce_eager=True, progress=False)
-    prompts = [[0, 5, 7, 9], [0, 11]]
-    got = [o.outputs[0].token_ids for o in graphs.generate(prompts, params)]
-    want = [o.outputs[0].token_ids for o in eager.generate(prompts, params)]
-    assert got == want
-    assert set(graphs.engine.runner.eager_stats.counts) == {NOT_CAPTURABLE}
+def test_hooks_and_unavailable_graphs_are_reasons():
+    base = dict(enforce_eager=False, device_type="cuda", model_capturable=True)
+    assert decide([1], **base, hooks_on=True).reason.startswith("an observer/verification hook is set")
+    assert decide([1], **base, unavailable="capture failed: x").reason == "capture failed: x"
+    assert decide([1], **base).bucket == 1
+
+
+def test_static_decode_buffers_equal_the_eager_forward_on_cpu(tiny_all):
+    """`DecodeGraphs` without capture (the same staging, padding and row slicing the GPU replays):
+    three sequences in bucket 4 for two steps == `forward` on chunks of one, bit for bit."""
+    reader = CheckpointReader(tiny_all)
+    model = DeepseekV4Model(reader.config, reader.load(progress=False), numerics="exact", resident_weights=True)
+    eager_state = model.new_cache_state(max_sequences=3, max_positions=40, block_size=8)
+    static_state = copy.deepcopy(eager_state)
+    geometry = DecodeGeometry.for_positions(model.config, 8, 40)
+    graphs = DecodeGraphs(model, static_state, geometry, torch.device("cpu"), capture=False)
+    tokens, seqs, positions = [3, 9, 4], ["a", "b", "c"], [0, 0, 0]
+    prompts = {"b": [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19], "c": [20, 21, 22]}
+    for state in (eager_state, static_state):
+        model.forward(ForwardBatch.from_chunks(list(prompts.values()), list(prompts), [0, 0]), state)
+    positions = [0, 15, 3]
+    for _ in range(2):
+        want = model.forward(ForwardBatch.from_chunks([[t] for t in tokens], seqs, positions), eager_state)
+        got = graphs.run(tokens, seqs, positions, bucket_for(len(seqs)))
+        assert got.shape == want.shape and torch.equal(got, want)
+        tokens, positions = want.argmax(-1).tolist(), [p + 1 for p in positions]
+    assert graphs.unavailable is None and graphs.captured_buckets() == ()
+
+
+def _greedy(llm: LLM, prompts: list[list[int]], num_tokens: int) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """Greedy tokens per prompt and, per step, the logits the sampler saw (recorded bit for bit)."""
+    seen: list[torch.Tensor] = []
+    runner = llm.engine.runner
+    real = runner.sampler.sample
+
+    def recording(logits, *args, **kwargs):
+        seen.append(logits.detach().cpu().clone())
+        return real(logits, *args, **kwargs)
+
+    runner.sampler.sample = recording
+    params = SamplingParams(max_tokens=num_tokens, temperature=0, ignore_eos=True)
+    outputs = llm.generate(prompts, params)
+    return [list(o.outputs[0].token_ids) for o in outputs], seen
+
+
+def _graphs_vs_eager(prompts: list[list[int]], bucket: int, **options) -> None:
+    graphs = LLM(device="cuda", max_model_len=512, progress=False, **options)
+    eager = LLM(device="cuda", max_model_len=512, enforce_eager=True, progress=False, **options)
+    got_tokens, got_logits = _greedy(graphs, prompts, 64)
+    want_tokens, want_logits = _greedy(eager, prompts, 64)
+    runner = graphs.engine.runner
+    assert runner.decode_graphs is not None and runner.decode_graphs.unavailable is None, (
+        f"graphs unavailable: {dict(runner.eager_stats.counts)}")
+    assert bucket in runner.decode_graphs.captured_buckets() and runner.decode_graphs.num_replays > 0
+    assert got_tokens == want_tokens
+    assert len(got_logits) == len(want_logits)
+    for step, (a, b) in enumerate(zip(got_logits, want_logits, strict=True)):
+        assert torch.equal(a, b), f"step {step}: logits differ, max |Δ| {(a - b).abs().max():.3e}"
     assert set(eager.engine.runner.eager_stats.counts) == {"enforce_eager=True"}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("num_prompts,bucket", [(1, 1), (5, 8)])
+def test_gpu_default_model_graphs_equal_eager(num_prompts, bucket):
+    """The packaged default model, greedy 64 tokens: graph replay == enforce_eager, tokens and the
+    sampled logits bit for bit; 5 prompts of different lengths replay bucket 8 (3 padding rows)."""
+    prompts = [[0, *range(7, 7 + n)] for n in (3, 17, 40, 9, 66)[:num_prompts]]
+    _graphs_vs_eager(prompts, bucket)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_gpu_default_model_graphs_equal_eager_all_triton():
+    """The same with every Triton kernel forced (linear, MoE, attention), batch of 5 (bucket 8)."""
+    prompts = [[0, *range(7, 7 + n)] for n in (3, 17, 40, 9, 66)]
+    _graphs_vs_eager(prompts, 8, kernel_overrides={"linear": "triton", "moe": "triton", "attention": "triton"})
+
+
+def _one_static_step_without_sync(**options) -> None:
+    llm = LLM(device="cuda", max_model_len=512, progress=False, **options)
+    model = llm.engine.model
+    # A self-managed cache state (no scheduler runs here); positions past the first windows and entries.
+    state = model.new_cache_state(max_sequences=3, max_positions=512, block_size=64, device="cuda")
+    geometry = DecodeGeometry.for_positions(model.config, state.block_size, 512)
+    host = build_decode_batch([5, 6, 7], ["a", "b", "c"], [0, 130, 300], state, geometry, num_rows=4)
+    static = DecodeBatch.empty(4, geometry, device="cuda")
+    static.copy_(host)
+    model.decode_forward(static, state, geometry)  # warm-up: Triton compiles, lazy CUDA init
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        logits = model.decode_forward(static, state, geometry)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(logits).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_gpu_decode_step_has_no_host_sync():
+    """One decode_forward step under set_sync_debug_mode("error") raises nothing: nothing inside the
+    region a graph captures synchronises with the host (default kernels)."""
+    _one_static_step_without_sync()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_gpu_decode_step_has_no_host_sync_all_triton():
+    _one_static_step_without_sync(kernel_overrides={"linear": "triton", "moe": "triton", "attention": "triton"})

@@ -7,24 +7,38 @@ rows are returned. Anything else runs eager, and the runner is told why (`GraphD
 prefill chunks, a batch above the largest bucket, CPU devices, `EngineConfig.enforce_eager`, or a
 forward that is not capturable.
 
-Status (honest): the DeepSeek-V4 forward is NOT capturable today. Its attention path syncs with
-the host (`int(visible.max())` sizes the compressed-entry candidates) and loops over sequences in
-Python (per-sequence page tables, chunk lengths), so a captured graph would bake one batch's
-control flow in. `DeepseekV4Model` therefore does not declare `supports_cuda_graphs`, every GPU
-decode step runs eager with that reason (logged once), and nothing here claims a capture that
-never ran. `GraphPool` is the generic capture/replay machinery for a forward that declares itself
-capturable (static shapes, no host syncs); its GPU test captures a static function and checks
-replay == eager bit for bit.
+`DecodeGraphs` is the model-specific part: one graph of `DeepseekV4Model.decode_forward` per
+bucket, captured on first use of that bucket (not at startup: a bucket the workload never reaches
+costs nothing), against static device buffers (`DecodeBatch`: tokens, positions, padded block
+tables) sized by the engine's `DecodeGeometry` (max_model_len). Each step the host fills pinned
+buffers (`build_decode_batch`, which validates what a device check would sync for), copies them
+into the static buffers without a synchronisation, and replays. Before the first capture, one
+warm-up runs under `torch.cuda.set_sync_debug_mode("error")`: if any op of the forward syncs with
+the host (a kernel's data-dependent validation, a `nonzero`, a pageable copy), capture is not
+attempted, the reason names the first syncing frame, and every decode step runs eager with it.
+
+Status (honest): the model side is capturable — `decode_forward` has static shapes for (bucket,
+geometry) and no host sync in mxserve.model, and it is bit-identical to the per-chunk path on the
+CPU (tests/model/test_decode_path.py, reference and Triton kernels). Whether a GPU step actually
+replays depends on the kernel set: the torch references and several launchers still validate or
+select with host syncs (cache slot checks `PageLayout.check_slots` / `check_unique_slots`, the
+torch cache writer's `nonzero`, the reference top-k's NaN check, the reference MoE's per-expert
+`unique`/`nonzero`). Until those are capture-safe, the sync probe refuses capture and says which
+frame synced (logged once; `eager_stats` counts it); tests/engine/test_cuda_graphs.py's GPU tests
+are the evidence either way.
 """
 
 from __future__ import annotations
 
 import logging
+import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+
+from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry, build_decode_batch
 
 logger = logging.getLogger("mxserve.engine")
 
@@ -62,14 +76,22 @@ class GraphDecision:
 
 
 def decide(chunk_num_tokens: Sequence[int], *, enforce_eager: bool, device_type: str, model_capturable: bool,
-           buckets: Sequence[int] = BUCKETS) -> GraphDecision:
-    """Whether one step can replay a decode graph, and if not, exactly why (first reason that applies)."""
+           buckets: Sequence[int] = BUCKETS, hooks_on: bool = False, unavailable: str | None = None) -> GraphDecision:
+    """Whether one step can replay a decode graph, and if not, exactly why (first reason that applies).
+
+    `hooks_on`: an observer/verification hook is set (it must see every op: eager).
+    `unavailable`: why graphs cannot run at all in this engine (no decode capacity, a failed sync
+    probe or capture), once known."""
     if enforce_eager:
         return GraphDecision(None, "enforce_eager=True")
     if device_type != "cuda":
         return GraphDecision(None, f"device is {device_type} (CUDA graphs need a CUDA device)")
     if not model_capturable:
         return GraphDecision(None, NOT_CAPTURABLE)
+    if hooks_on:
+        return GraphDecision(None, "an observer/verification hook is set (it needs the per-chunk eager forward)")
+    if unavailable is not None:
+        return GraphDecision(None, unavailable)
     if any(n != 1 for n in chunk_num_tokens):
         return GraphDecision(None, "prefill chunk(s) in the step (only one-token decodes are captured)")
     bucket = bucket_for(len(chunk_num_tokens), buckets)
@@ -137,3 +159,106 @@ class GraphPool:
         static_in.copy_(pad_to_bucket(x, bucket, self.pad_fill))
         graph.replay()
         return static_out[:n].clone()
+
+
+@dataclass
+class _DecodeGraph:
+    static: DecodeBatch  # device buffers the graph reads
+    host: DecodeBatch  # pinned host buffers filled each step
+    copied: torch.cuda.Event | None  # the last host → static copy (the host buffers are reused after it)
+    graph: torch.cuda.CUDAGraph | None  # None: run decode_forward on the static buffers (no capture)
+    logits: torch.Tensor | None  # [bucket, vocab] the graph's output buffer
+
+
+class DecodeGraphs:
+    """`model.decode_forward` per bucket, captured on first use (see the module docstring).
+
+    `capture=False` runs the same static-buffer path without graphs (what the CPU tests exercise:
+    the staging, the padding and the row bookkeeping). `run` returns None when graphs are not
+    available; `unavailable` then says why (set once, never retried)."""
+
+    def __init__(self, model, state, geometry: DecodeGeometry, device: torch.device, *, capture: bool = True,
+                 buckets: Sequence[int] = BUCKETS, warmup_iters: int = 2) -> None:
+        self.model, self.state, self.geometry, self.device = model, state, geometry, device
+        self.capture = capture
+        self.buckets = tuple(sorted(buckets))
+        self.warmup_iters = warmup_iters
+        self.unavailable: str | None = None
+        self.num_replays = 0
+        self._graphs: dict[int, _DecodeGraph] = {}
+        self._mempool = None
+
+    def captured_buckets(self) -> tuple[int, ...]:
+        return tuple(sorted(b for b, g in self._graphs.items() if g.graph is not None))
+
+    def run(self, token_ids: Sequence[int], seq_ids: Sequence, positions: Sequence[int], bucket: int
+            ) -> torch.Tensor | None:
+        """Logits [n, vocab] (fp32, on the device) of one decode step of n = len(token_ids) sequences."""
+        if self.unavailable is not None:
+            return None
+        entry = self._graphs.get(bucket)
+        fresh = entry is None
+        if fresh:
+            pin = self.device.type == "cuda"
+            entry = _DecodeGraph(DecodeBatch.empty(bucket, self.geometry, device=self.device),
+                                 DecodeBatch.empty(bucket, self.geometry, pin_memory=pin), None, None, None)
+        if entry.copied is not None:
+            entry.copied.synchronize()  # the previous step's copy has read the pinned buffers
+        build_decode_batch(token_ids, seq_ids, positions, self.state, self.geometry, num_rows=bucket, out=entry.host)
+        entry.static.copy_(entry.host)
+        if self.device.type == "cuda":
+            entry.copied = torch.cuda.Event()
+            entry.copied.record()
+        if not self.capture:
+            return self.model.decode_forward(entry.static, self.state, self.geometry)[: len(token_ids)]
+        if fresh:
+            # The probe and warm-ups run this step's real inputs: a decode step is idempotent (it writes
+            # the same bytes to the same slots again), so the replay below is still this step.
+            self.unavailable = self._probe(entry.static) or self._capture(entry)
+            if self.unavailable is not None:
+                return None
+            self._graphs[bucket] = entry
+        entry.graph.replay()
+        self.num_replays += 1
+        return entry.logits[: len(token_ids)]
+
+    def _probe(self, static: DecodeBatch) -> str | None:
+        """One eager decode step with host syncs made errors: None, or the reason with the frame."""
+        previous = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            self.model.decode_forward(static, self.state, self.geometry)
+        except RuntimeError as e:
+            return f"the decode forward syncs with the host ({_where(e)}): {str(e).splitlines()[0]}"
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+        return None
+
+    def _capture(self, entry: _DecodeGraph) -> str | None:
+        try:
+            stream = torch.cuda.Stream(device=self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):  # allocations, Triton compiles and lazy init outside the graph
+                for _ in range(self.warmup_iters):
+                    self.model.decode_forward(entry.static, self.state, self.geometry)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            if self._mempool is None:
+                self._mempool = torch.cuda.graph_pool_handle()
+            with torch.cuda.graph(graph, pool=self._mempool):
+                entry.logits = self.model.decode_forward(entry.static, self.state, self.geometry)
+        except RuntimeError as e:
+            return f"CUDA-graph capture failed ({_where(e)}): {str(e).splitlines()[0]}"
+        entry.graph = graph
+        logger.info("CUDA graphs: captured the decode forward for bucket %d (geometry: max_positions %d, "
+                    "block size %d)", entry.static.num_rows, self.geometry.max_positions, self.geometry.block_size)
+        return None
+
+
+def _where(error: BaseException) -> str:
+    """The innermost mxserve frame of an exception's traceback, 'path:line in function'."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if "mxserve" in f.filename]
+    if not frames:
+        return "outside mxserve"
+    f = frames[-1]
+    return f"{f.filename.split('src/')[-1]}:{f.lineno} in {f.name}"

@@ -219,7 +219,8 @@ class LLMEngine:
         """The plain runner, or the speculative one with the DSpark draft and its stage windows."""
         spec = self.config.speculative_config
         if not self.num_speculative_tokens:
-            return ModelRunner(self.model, cache_state, self.device, enforce_eager=self.config.enforce_eager)
+            return ModelRunner(self.model, cache_state, self.device, enforce_eager=self.config.enforce_eager,
+                               max_model_len=self.max_model_len)
         draft = DSparkDraft.for_target(self.model, weights, resident_weights=resident)
         windows = DraftWindows(self.model_config, self.model.policy, num_blocks=self.cache_plan.num_blocks["window"],
                                block_size=self.config.block_size, device=self.device)

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mxserve.engine.cuda_graphs import EagerStats, decide
+from mxserve.engine.cuda_graphs import DecodeGraphs, EagerStats, decide
 from mxserve.engine.logprobs import LogprobsTensors, PositionLogprobs, compute_logprobs, gather_logprobs
 from mxserve.engine.sampler import Sampler
 from mxserve.engine.sampling_params import SamplingParams
 from mxserve.engine.scheduler_output import RunnerOutput, SchedulerOutput
+from mxserve.model.decode_batch import DecodeGeometry
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.forward_batch import ForwardBatch
 from mxserve.model.kv_state import ModelCacheState
@@ -48,13 +49,19 @@ class StepResult:
 
 class ModelRunner:
     def __init__(self, model: DeepseekV4Model, cache_state: ModelCacheState, device: torch.device, *,
-                 enforce_eager: bool = False) -> None:
+                 enforce_eager: bool = False, max_model_len: int | None = None) -> None:
+        """`max_model_len`: the decode capacity CUDA graphs are captured against (`DecodeGeometry`);
+        None = no graphs (every step eager, with that reason)."""
         self.model = model
         self.cache_state = cache_state
         self.device = device
         self.sampler = Sampler()
         self.enforce_eager = enforce_eager  # EngineConfig.enforce_eager: never try CUDA-graph decode
         self.eager_stats = EagerStats()  # steps that ran eager, per reason (mxserve.engine.cuda_graphs)
+        self.decode_graphs: DecodeGraphs | None = None  # graphs per bucket, captured on first use
+        if max_model_len is not None and getattr(model, "supports_cuda_graphs", False) and not enforce_eager:
+            geometry = DecodeGeometry.for_positions(model.config, cache_state.block_size, max_model_len)
+            self.decode_graphs = DecodeGraphs(model, cache_state, geometry, device)
 
     def release(self, request_ids) -> None:
         """Forget finished, aborted or preempted requests' tables (the block manager owns the pages)."""
@@ -87,21 +94,15 @@ class ModelRunner:
                     rows.append(offset + chunk.num_tokens - 1)
             offset += chunk.num_tokens
 
-        batch = ForwardBatch.from_chunks(
-            [list(c.token_ids) for c in step.chunks], [c.request_id for c in step.chunks],
-            [c.start_pos for c in step.chunks], logits_for=rows, device=self.device,
-        )
-        # CUDA-graph decode hook: every step says why it runs eager (today always: the forward is not
-        # capturable, see mxserve.engine.cuda_graphs); replay is wired once a forward declares it.
-        graph = decide([c.num_tokens for c in step.chunks], enforce_eager=self.enforce_eager,
-                       device_type=self.device.type, model_capturable=getattr(self.model, "supports_cuda_graphs", False))
-        if graph.is_eager:
-            self.eager_stats.record(graph.reason)
-        else:
-            raise NotImplementedError(f"CUDA-graph replay for bucket {graph.bucket}: no capturable forward is wired yet")
-        # Always run the forward, even when no row needs logits: a lone mid-prompt chunk must still
-        # fill the caches (skipping it silently corrupted chunked prefill of a single long prompt).
-        logits = self.model.forward(batch, self.cache_state)
+        logits = self._graph_decode(step, rows)
+        if logits is None:
+            batch = ForwardBatch.from_chunks(
+                [list(c.token_ids) for c in step.chunks], [c.request_id for c in step.chunks],
+                [c.start_pos for c in step.chunks], logits_for=rows, device=self.device,
+            )
+            # Always run the forward, even when no row needs logits: a lone mid-prompt chunk must still
+            # fill the caches (skipping it silently corrupted chunked prefill of a single long prompt).
+            logits = self.model.forward(batch, self.cache_state)
         result = StepResult(RunnerOutput({}))
         if not rows:
             return result
@@ -131,6 +132,26 @@ class ModelRunner:
             tensors: LogprobsTensors = gather_logprobs(lp, targets, sampling[rid].params.prompt_logprobs or 0)
             result.prompt_logprobs[rid] = tensors.to_positions()
         return result
+
+    def _graph_decode(self, step: SchedulerOutput, rows: list[int]) -> torch.Tensor | None:
+        """Logits of `rows` from a replayed decode graph, or None (the step runs eager; the reason is
+        recorded: logged once, counted in `eager_stats`)."""
+        graphs = self.decode_graphs
+        decision = decide(
+            [c.num_tokens for c in step.chunks], enforce_eager=self.enforce_eager, device_type=self.device.type,
+            model_capturable=getattr(self.model, "supports_cuda_graphs", False),
+            hooks_on=getattr(self.model, "observer", None) is not None,
+            unavailable="no decode capacity (max_model_len) was given to the runner" if graphs is None
+            else graphs.unavailable,
+        )
+        logits = None
+        if not decision.is_eager:
+            logits = graphs.run([c.token_ids[0] for c in step.chunks], [c.request_id for c in step.chunks],
+                                [c.start_pos for c in step.chunks], decision.bucket)
+        if logits is None:
+            self.eager_stats.record(decision.reason if decision.is_eager else graphs.unavailable)
+            return None
+        return logits[torch.tensor(rows, dtype=torch.int64, device=logits.device)] if rows else logits[:0]
 
     def _banned_ids(self, info: RequestSampling, next_position: int) -> tuple[int, ...]:
         """min_tokens: EOS and the stop token ids are held back until that many output tokens exist."""
