@@ -60,6 +60,17 @@ def rope_table():
     return inverse_frequencies(64, 160000.0, YarnScaling(16.0, 65536, 32.0, 1.0)).to(DEV)
 
 
+_FILL: list = []
+
+
+def fill_generator() -> torch.Generator:
+    """An explicit generator for the cache fills: a capture that fails inside `timed_graph` can
+    leave the default CUDA generator in capture state, and the next default-generator draw raises."""
+    if not _FILL:
+        _FILL.append(torch.Generator(device=DEV).manual_seed(7))
+    return _FILL[0]
+
+
 def kv_cache(num_entries: int, mode: str = "fp8_ds_mla", head_dim: int = 512, block_size: int = 64, fill: bool = True):
     from mxserve.kernels.cache import PagedKVCache
 
@@ -68,7 +79,8 @@ def kv_cache(num_entries: int, mode: str = "fp8_ds_mla", head_dim: int = 512, bl
         n = cache.num_slots
         for start in range(0, n, 1 << 18):
             stop = min(n, start + (1 << 18))
-            cache.write(torch.arange(start, stop, device=DEV), torch.randn(stop - start, head_dim, device=DEV))
+            cache.write(torch.arange(start, stop, device=DEV), torch.randn(stop - start, head_dim, device=DEV,
+                                                                            generator=fill_generator()))
     return cache
 
 
@@ -78,7 +90,8 @@ def indexer_cache(num_entries: int, block_size: int = 64):
     cache = PagedIndexerKeyCache(-(-num_entries // block_size), block_size, device=DEV)
     for start in range(0, cache.num_slots, 1 << 18):
         stop = min(cache.num_slots, start + (1 << 18))
-        cache.write(torch.arange(start, stop, device=DEV), torch.randn(stop - start, 128, device=DEV))
+        cache.write(torch.arange(start, stop, device=DEV), torch.randn(stop - start, 128, device=DEV,
+                                                                        generator=fill_generator()))
     return cache
 
 
@@ -335,7 +348,7 @@ def bench(contexts, batches, ref_max_batch: int) -> None:
                     width = (2 if overlap else 1) * d
                     r = (2 if overlap else 1) * ratio
                     state = CompressorStateCache(max(1, -(-batch * r // 64)) + 1, 64, 2 * width, device=DEV)
-                    state.write(torch.arange(batch * r, device=DEV), torch.randn(batch * r, 2 * width, device=DEV))
+                    state.write(torch.arange(batch * r, device=DEV), torch.randn(batch * r, 2 * width, device=DEV, generator=g))
                     row_slots = torch.arange(batch * r, device=DEV).view(batch, r)
                     eslots = torch.arange(batch, device=DEV) * (cache.num_slots // batch)
                     ms = timed_graph(lambda state=state, row_slots=row_slots, eslots=eslots, cache=cache, ratio=ratio,

@@ -333,7 +333,8 @@ def main() -> None:
                  f"{r['hit_bytes'] / (best * 1e-6) / 1e12:.2f}" if best < float("inf") else "-",
                  f"{100 * r['hit_bytes'] / (best * 1e-6) / copy_bw:.0f}" if best < float("inf") else "-",
                  *(f"{r[k]:.1f}" if k in r else "-" for k in ("router_us", "shared_us", "bf16_grouped_us")),
-                 f"{r['bf16_grouped_us'] / r['bf16_us_same_experts']:.2f}" if "bf16_grouped_us" in r else "-",
+                 f"{r['bf16_grouped_us'] / r['bf16_us_same_experts']:.2f}"
+                 if "bf16_grouped_us" in r and "bf16_us_same_experts" in r else "-",
                  f"{r['dequant_matmul_us']:.0f}" if "dequant_matmul_us" in r else "-",
                  f"{r['dequant_matmul_us'] / best:.1f}" if "dequant_matmul_us" in r and best < float("inf") else "-"]
         print(" ".join(f"{c!s:>8}" for c in cells))

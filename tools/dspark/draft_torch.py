@@ -113,7 +113,7 @@ class TrainableDraft(nn.Module):
         # main_proj starts as "take the last target layer's hidden": [0 … 0 | I]
         mp = self.p("mtp.0.main_proj.weight")
         mp.mul_(0.01)
-        mp[:, -d:] += torch.eye(d)
+        mp[:, -d:] += torch.eye(d, device=mp.device)
         for name, value in (warm or {}).items():
             if name.endswith("gate.bias"):
                 self.bias(int(name.split(".")[1])).copy_(value)

@@ -57,6 +57,11 @@ def choose_attention(spec: AttentionSpec, platform: Platform, *, forced: str | N
     return choose_first("attention", attention_candidates(enable_triton=forced == "triton"), spec, platform, forced)
 
 
+# ops whose Triton kernels give their twins' bits in every numerics (writers, RoPE, selection); the
+# fp8_ds_mla readers (attention, indexer scores) sum in another order and match within tolerance
+BIT_EXACT_OPS = ("q_norm_rope", "rope", "kv_insert", "compressor_emit", "topk")
+
+
 def attention_ops(backend: str) -> dict[str, Callable]:
     """KernelSet slot name → implementation for `backend` ("reference": empty, keep the defaults).
 

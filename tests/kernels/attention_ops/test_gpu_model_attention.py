@@ -1,7 +1,11 @@
-"""GPU acceptance (H200; skipped without CUDA): the tiny-all model on the GPU with every Triton
-attention kernel selected generates the same greedy tokens as the reference kernels, or the
-first divergence is a near tie (< 0.1 nat between the reference's top two log-probabilities).
-The full report (both numerics, timings, Flash-shape benchmarks) is benchmarks/attention.py.
+"""GPU acceptance (H200; skipped without CUDA), the tiny-all random model on the GPU:
+* exact numerics, every Triton attention kernel: the reference's greedy tokens, or the first
+  divergence is a near tie (< 0.1 nat between the reference's top two log-probabilities);
+* faithful numerics, the cache-writing and RoPE kernels (the bit-exact set of
+  test_model_triton_attention.py): logits bit-identical to the reference. The fp8_ds_mla readers
+  are not compared whole-model here: this random model is chaotic in faithful mode (on the H200,
+  2026-11-29, 3e-6 relative kernel-level noise became a 0.58-nat flip at the 3rd new token), so
+  the whole-model faithful check runs on the trained default model (benchmarks/model_parity.py).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ NEAR_TIE_NATS = 0.1
 
 @pytest.mark.parametrize("numerics", ["faithful", "exact"])
 def test_triton_attention_greedy_equals_reference_on_gpu(tiny_all, numerics):
-    from mxserve.kernels.attention_chooser import attention_ops
+    from mxserve.kernels.attention_chooser import BIT_EXACT_OPS, attention_ops
     from mxserve.model.checkpoint import CheckpointReader
     from mxserve.model.deepseek_v4 import DeepseekV4Model
     from mxserve.model.forward_batch import ForwardBatch
@@ -42,9 +46,14 @@ def test_triton_attention_greedy_equals_reference_on_gpu(tiny_all, numerics):
         return tokens[len(prompt):], torch.cat(logits[:-1]).float().cpu()
 
     ref_tokens, ref_logits = greedy()
-    model.set_kernels(dataclasses.replace(REFERENCE_KERNELS, **attention_ops("triton")))
-    tokens, _ = greedy()
-    if tokens != ref_tokens:
+    ops = attention_ops("triton")
+    if numerics == "faithful":
+        ops = {name: ops[name] for name in BIT_EXACT_OPS}
+    model.set_kernels(dataclasses.replace(REFERENCE_KERNELS, **ops))
+    tokens, logits = greedy()
+    if numerics == "faithful":
+        assert tokens == ref_tokens and torch.equal(logits, ref_logits)
+    elif tokens != ref_tokens:
         first = next(i for i, (a, b) in enumerate(zip(tokens, ref_tokens, strict=True)) if a != b)
         lp = torch.log_softmax(ref_logits[first], -1)
         gap = float(lp.max() - lp[tokens[first]])

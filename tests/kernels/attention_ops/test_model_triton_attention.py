@@ -22,13 +22,11 @@ import torch
 
 pytest.importorskip("triton")
 
-from mxserve.kernels.attention_chooser import attention_ops
+from mxserve.kernels.attention_chooser import BIT_EXACT_OPS, attention_ops
 from mxserve.model.checkpoint import CheckpointReader
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.greedy import greedy_generate
 from mxserve.model.kernel_set import REFERENCE_KERNELS
-
-BIT_EXACT_OPS = ("q_norm_rope", "rope", "kv_insert", "compressor_emit", "topk")
 
 
 @pytest.mark.slow  # ~25-50 s each on the 2-core CI machine (interpreted kernels over 6 layers)

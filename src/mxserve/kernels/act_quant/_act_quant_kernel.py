@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-MAGIC_RNE = 12582912.0  # 1.5 · 2^23: (v + M) − M rounds 0 <= v < 2^22 to an integer, ties to even
+MAGIC_RNE = tl.constexpr(12582912.0)  # 1.5 · 2^23: (v + M) − M rounds 0 <= v < 2^22 to an integer, ties to even
 
 
 @triton.jit
