@@ -10,25 +10,25 @@ set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=$PWD/.triton_cache TRITON_STORE_BINARY_ONLY=1
 OUT=${OUT:-/tmp/gpu_out}; R=$OUT/results; mkdir -p "$R" "$TRITON_CACHE_DIR"
-if [ -d .git ]; then  # run the committed tree: helpers' half-done edits travel with the working tree
-    git checkout -q -- . && git clean -fdq && echo "tree: $(git rev-parse --short HEAD), uncommitted edits dropped"
-else
-    echo "tree: no .git here, running the working tree as carried"
-fi
+# run the committed tree: helpers' half-done edits travel with the working tree, so the caller packs
+# HEAD's code into .tc/head.tgz (git archive HEAD -- src benchmarks tests tools ':!src/mxserve/default_model')
+# and it is laid over the copy here (the device's own .git, if any, is not this repository's)
+if [ -f .tc/head.tgz ]; then tar -xzf .tc/head.tgz && echo "tree: HEAD $(cat .tc/head.rev) laid over the copy"
+else echo "tree: the working tree as carried (no .tc/head.tgz)"; fi
 cat .tc/triton_cache.tgz.* 2>/dev/null | tar -xzf - 2>/dev/null
 echo "triton cache entries carried: $(ls "$TRITON_CACHE_DIR" | wc -l)"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,noheader || true
 stamp() { echo; echo "=== $1 ($(date -u +%H:%M:%S))"; }
 
 stamp "DSpark draft training (background, <= 290 s)"
-OUT="$R/dspark" bash tools/dspark/train_on_device.sh > "$R/dspark_run.log" 2>&1 &
+BUDGET=${BUDGET:-170} OUT="$R/dspark" bash tools/dspark/train_on_device.sh > "$R/dspark_run.log" 2>&1 &
 TRAIN=$!
 
 stamp "A: correctness beside the training"
 LA=${LIMIT_A:-200}
 timeout -s INT "$LA" python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/kernels/act_quant \
     tests/kernels/linear_int8 tests/kernels/linear_bf16 tests/kernels/moe tests/kernels/attention_ops \
-    tests/engine/test_cuda_graphs.py > "$R/gpu_tests.log" 2>&1 &
+    tests/engine/test_cuda_graphs.py tests/kernels/indexer tests/kernels/cache > "$R/gpu_tests.log" 2>&1 &
 P1=$!
 timeout -s INT "$LA" python3 benchmarks/model_parity.py --prompts 4 --out "$R/model_parity.json" > "$R/model_parity.log" 2>&1 &
 P2=$!

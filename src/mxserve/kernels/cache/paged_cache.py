@@ -7,9 +7,15 @@ address function (`PageLayout.addresses`). The buffer is deliberately flat bytes
 `PagedIndexerKeyCache` pick the codec and validate the mode; everything else is here.
 
 Torch reference implementation: vectorised gathers/scatters over byte offsets, any device.
+Two equal-result forms of the writer and readers: on the CPU they select the valid rows
+(`nonzero`, a data-dependent shape); on a GPU (or with `sync_free=True`) they keep every row's
+shape fixed and never read anything back to the host, so a decode step that writes the
+compressor state can be captured in a CUDA graph (`_write_fixed` / `_read_fixed_bytes`).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -57,6 +63,7 @@ class PagedCache:
                 raise ValueError(f"{device=} disagrees with {buffer.device=}")
             buffer = buffer.view(-1)  # a view: the caller's memory is the cache
         self.buffer = buffer  # uint8 [>= num_blocks * block_stride_bytes], flat
+        self.sync_free: bool | None = None  # None: the fixed-shape forms on CUDA tensors only (tests force True)
 
     # -- shape facts ------------------------------------------------------------------------
 
@@ -117,6 +124,10 @@ class PagedCache:
         data_off, scale_off = self.layout.addresses(slots)
         flat_slots = slots.reshape(-1)
         check_unique_slots(flat_slots)
+        if self._fixed_shape(flat_slots):
+            self._write_fixed(flat_slots, data_off.reshape(-1), scale_off.reshape(-1),
+                              entries.reshape(-1, self.head_dim).to(self.device))
+            return
         keep = (flat_slots != INVALID_SLOT).nonzero().squeeze(1)
         if keep.numel() == 0:
             return
@@ -136,6 +147,9 @@ class PagedCache:
         slots = self._as_slots(slots)
         data_off, scale_off = self.layout.addresses(slots)
         flat_slots = slots.reshape(-1)
+        if self._fixed_shape(flat_slots):
+            data, scales = self._read_fixed_bytes(flat_slots, data_off.reshape(-1), scale_off.reshape(-1))
+            return data.reshape(*slots.shape, -1), scales.reshape(*slots.shape, -1)
         keep = (flat_slots != INVALID_SLOT).nonzero().squeeze(1)
         n = flat_slots.numel()
         data = torch.zeros(n, self.layout.data_bytes, dtype=torch.uint8, device=self.device)
@@ -151,6 +165,11 @@ class PagedCache:
         slots = self._as_slots(slots)
         data_off, scale_off = self.layout.addresses(slots)
         flat_slots = slots.reshape(-1)
+        if self._fixed_shape(flat_slots):
+            data, scales = self._read_fixed_bytes(flat_slots, data_off.reshape(-1), scale_off.reshape(-1))
+            out = self.codec.decode(data, scales).float()
+            out = torch.where((flat_slots != INVALID_SLOT)[:, None], out, torch.zeros_like(out))
+            return out.reshape(*slots.shape, self.head_dim)
         keep = (flat_slots != INVALID_SLOT).nonzero().squeeze(1)
         out = torch.zeros(flat_slots.numel(), self.head_dim, dtype=torch.float32, device=self.device)
         if keep.numel():
@@ -161,6 +180,57 @@ class PagedCache:
                 scales = data.new_empty((keep.numel(), 0))
             out[keep] = self.codec.decode(data, scales)
         return out.reshape(*slots.shape, self.head_dim)
+
+    # -- fixed-shape (sync-free) forms -------------------------------------------------------
+
+    def _fixed_shape(self, flat_slots: torch.Tensor) -> bool:
+        return self.sync_free if self.sync_free is not None else flat_slots.is_cuda
+
+    def _alignments(self) -> tuple[int, int]:
+        """Divisors of every data / scale offset (page starts and entry sizes): the word width
+        the byte movers may use without checking the offsets on the host."""
+        lay = self.layout
+        data = math.gcd(lay.block_stride_bytes, lay.data_bytes)
+        scale = math.gcd(lay.block_stride_bytes, lay.block_size * lay.data_bytes, lay.scale_bytes or 1)
+        return data, scale
+
+    def _write_fixed(self, flat_slots: torch.Tensor, data_off: torch.Tensor, scale_off: torch.Tensor,
+                     rows: torch.Tensor) -> None:
+        """Every row is encoded and scattered; a row with slot -1 instead repeats the first valid
+        row's bytes at that row's offsets (identical bytes to one place: no race, nothing else
+        written). With no valid row, every row rewrites slot 0's current bytes onto slot 0."""
+        if flat_slots.numel() == 0:
+            return
+        valid = flat_slots != INVALID_SLOT
+        # the first valid row (0 when none), as a [1] index: indexing with a 0-dim tensor reads it back
+        first = torch.argmax(valid.to(torch.int8)).view(1)
+        any_valid = valid.any()
+        data, scales = self.codec.encode(rows)
+        align_d, align_s = self._alignments()
+        slot0_d, slot0_s = self.layout.addresses(torch.zeros(1, dtype=torch.int64, device=self.device))
+        keep_d = gather_bytes(self.buffer, slot0_d, self.layout.data_bytes, align_d)  # [1, bytes]
+        fill_d = torch.where(any_valid, data.index_select(0, first)[0], keep_d[0])
+        fill_off_d = torch.where(any_valid, data_off.index_select(0, first)[0], slot0_d[0])
+        scatter_bytes(self.buffer, torch.where(valid, data_off, fill_off_d),
+                      torch.where(valid[:, None], data, fill_d), align_d)
+        if self.layout.scale_bytes:
+            keep_s = gather_bytes(self.buffer, slot0_s, self.layout.scale_bytes, align_s)
+            fill_s = torch.where(any_valid, scales.index_select(0, first)[0], keep_s[0])
+            fill_off_s = torch.where(any_valid, scale_off.index_select(0, first)[0], slot0_s[0])
+            scatter_bytes(self.buffer, torch.where(valid, scale_off, fill_off_s),
+                          torch.where(valid[:, None], scales, fill_s), align_s)
+
+    def _read_fixed_bytes(self, flat_slots: torch.Tensor, data_off: torch.Tensor,
+                          scale_off: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stored bytes of every row, slot -1 rows zeroed (they read slot 0's bytes first)."""
+        valid = (flat_slots != INVALID_SLOT)[:, None]
+        align_d, align_s = self._alignments()
+        data = gather_bytes(self.buffer, data_off.clamp(min=0), self.layout.data_bytes, align_d)
+        data = torch.where(valid, data, torch.zeros_like(data))
+        if not self.layout.scale_bytes:
+            return data, data.new_zeros((data.shape[0], 0))
+        scales = gather_bytes(self.buffer, scale_off.clamp(min=0), self.layout.scale_bytes, align_s)
+        return data, torch.where(valid, scales, torch.zeros_like(scales))
 
     # -- helpers -----------------------------------------------------------------------------
 
