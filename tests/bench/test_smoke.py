@@ -58,8 +58,13 @@ def test_bench_layers_smoke(tmp_path):
     assert result["meta"]["layer_kinds"] == ["sliding", "csa", "hca"]  # tiny-all has two of each: its order
     names = [row["scenario"]["name"] for row in result["scenarios"]]
     assert names == ["decode b1 ctx70", "prefill 32", "decode b2 ctx70"]  # batch 1 first
+    assert result["meta"]["kernel_builder"].startswith("mxserve.model.kernel_selection.build_engine_model")
+    assert result["meta"]["kernels"]["linear"] == "reference" and result["meta"]["linear_backend"] == "reference-resident"
     for row in result["scenarios"]:
         assert "error" not in row, row.get("error")
+        assert row["eager_s"] == row["step_median_s"] and row["graph_s"] is None  # no CUDA graphs on the CPU, said:
+        assert row["graph_status"] in ("not captured: device is cpu (CUDA graphs need a CUDA device)",
+                                       "prefill: the engine runs it eager")
         parts = [*row["layers"], row["head"]]
         assert all(p["time_s"] > 0 and p["bytes"] > 0 and p["ratio_to_bandwidth_floor"] > 1 for p in parts)
         # layer spans (scaled to the plain step) and the preamble add up to the step
@@ -69,4 +74,5 @@ def test_bench_layers_smoke(tmp_path):
     (projection,) = result["projection"]
     assert projection["label"].startswith("PROJECTION") and projection["context_len"] == 70
     assert projection["tok_s"] == pytest.approx(1 / projection["step_s"])
-    assert projection["bottleneck_op"] in projection["ops_s"] and "PROJECTION ctx 70" in proc.stdout
+    assert projection["bottleneck_op"] in projection["ops_s"] and "PROJECTION ctx 70 [eager]" in proc.stdout
+    assert not projection["is_graph"] and projection["timing"].startswith("eager (no graph: not captured: device is cpu")

@@ -12,6 +12,9 @@ from typing import Annotated
 import typer
 
 from mxserve.cli.errors import EXIT_BAD_INPUT, one_line_errors
+from mxserve.config.engine_config import KERNEL_BACKENDS
+
+_KERNEL_BACKENDS_HELP = "; ".join(f"{op}: {'|'.join(backends)}" for op, backends in KERNEL_BACKENDS.items())
 
 bench_app = typer.Typer(help="Performance evidence: a serving sweep and a full-size layer projection.",
                         no_args_is_help=True)
@@ -91,18 +94,29 @@ def layers_bench(
     peak_tflops: Annotated[float, typer.Option("--peak-tflops", help="Compute rate of the prefill floor, TFLOP/s (default: H200 bf16 dense, measured here).")] = 790.0,
     seed: Annotated[int, typer.Option("--seed", help="Seeds weights, caches and tokens.")] = 0,
     time_budget: Annotated[float, typer.Option("--time-budget", help="Seconds for the scenarios; later ones are skipped, recorded as such.")] = 120.0,
+    kernels: Annotated[str | None, typer.Option(
+        "--kernels", help="Kernel overrides as the engine takes them: op=backend, comma-separated, the "
+        "MXSERVE_KERNEL_OVERRIDES syntax, e.g. linear=triton,moe=triton,attention=triton (backends: "
+        f"{_KERNEL_BACKENDS_HELP}); wins over MXSERVE_KERNEL_OVERRIDES op by op. Default: the engine's defaults "
+        "plus MXSERVE_KERNEL_OVERRIDES. The model is built by the engine's own selection code.")] = None,
+    max_model_len: Annotated[int, typer.Option(
+        "--max-model-len", help="The engine's max_model_len: sizes the attention chooser and the CUDA-graph decode "
+        "geometry (candidate sets grow with it). 0 = the longest step (largest context + 1, or the prefill).")] = 0,
     out: Annotated[Path, typer.Option("--out", help="JSON results.")] = Path("layers.json"),
 ) -> None:
     """Full-size layers with random release-format weights: step times vs their floors, and a decode projection."""
+    from mxserve.bench.layers.kernels import parse_kernels_option
     from mxserve.bench.layers.run import LayersBenchOptions, run_layers_bench
     from mxserve.bench.serve.run import parse_int_list
 
     try:
+        overrides, source = parse_kernels_option(kernels)
         opts = LayersBenchOptions(config=config, num_layers=layers, device=device, prefill_tokens=prefill_tokens,
                                   decode_batches=parse_int_list(batches, "--batches"),
                                   contexts=parse_int_list(contexts, "--contexts"), reps=reps, warmup=warmup,
                                   numerics=numerics, bandwidth_tb_s=bandwidth, peak_tflops=peak_tflops, seed=seed,
-                                  time_budget_s=time_budget)
+                                  time_budget_s=time_budget, kernel_overrides=overrides, kernel_source=source,
+                                  max_model_len=max_model_len)
     except ValueError as exc:
         raise _bad(str(exc)) from None
     run_layers_bench(opts, out, echo=typer.echo)

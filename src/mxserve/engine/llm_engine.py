@@ -42,24 +42,15 @@ from mxserve.engine.sampling_params import SamplingParams, request_seeds
 from mxserve.engine.scheduler import Scheduler
 from mxserve.engine.speculative import SpecDecodeStats, SpeculativeModelRunner
 from mxserve.engine.tokenizer import Tokenizer
-from mxserve.kernels.chooser import Platform, parse_overrides_env
 from mxserve.model.checkpoint import CheckpointReader
-from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.dspark import DraftWindows, DSparkDraft
-from mxserve.model.kernel_selection import (
-    choose_linear_per_layer,
-    linear_dispatch_set,
-    resolve_overrides,
-    with_moe_and_attention,
-)
-from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
+from mxserve.model.kernel_selection import RESIDENT_LIMIT_BYTES, build_engine_model, resolve_overrides
 from mxserve.model.kv_state import ModelCacheState
 from mxserve.model.numerics import NumericPolicy
 
 logger = logging.getLogger("mxserve.engine")
 
 _CPU_DEFAULT_CACHE_BYTES = 1 << 30  # 1 GiB of caches on the CPU unless told otherwise
-_RESIDENT_LIMIT_BYTES = 4 << 30  # decode weights once at load when the fp64 copy stays below this
 
 
 def resolve_device(name: str) -> torch.device:
@@ -129,18 +120,15 @@ class LLMEngine:
         if self.device.type != "cpu":
             weights = {name: w.to(self.device) for name, w in weights.items()}
         self.tokenizer = Tokenizer.from_dir(model_dir) if (model_dir / "tokenizer.json").exists() else None
-        linear_backend = self._choose_linear_backend(weights)
-        self._set_cpu_threads(small_model=linear_backend == "reference-resident")
-        self.model = DeepseekV4Model(self.model_config, weights, numerics=config.numerics,
-                                     kv_cache_dtype=config.kv_cache_dtype,
-                                     resident_weights=linear_backend == "reference-resident",
-                                     kernels=self._linear_kernel_set(weights))
         max_model_len = min(config.max_model_len, self.model_config.max_position_embeddings)
         self.max_model_len = max_model_len
-        # MoE and attention backends (reference unless forced), chosen once and logged with reasons
-        self.model.set_kernels(with_moe_and_attention(
-            self.model, self.model.kernels, device=self.device, overrides=resolve_overrides(config.kernel_overrides),
-            max_model_len=max_model_len))
+        # linear, MoE and attention backends (reference unless forced), chosen once and logged with
+        # reasons, in the one function `mxserve bench layers` also builds its model with
+        self.model, linear_backend = build_engine_model(
+            self.model_config, weights, device=self.device, numerics=config.numerics,
+            kv_cache_dtype=config.kv_cache_dtype, overrides=resolve_overrides(config.kernel_overrides),
+            max_model_len=max_model_len)
+        self._set_cpu_threads(small_model=linear_backend == "reference-resident")
         self.num_speculative_tokens = speculative_k(config.speculative_config, self.model_config)
         self.cache_plan: CachePlan = plan_cache(
             self.model_config, self.model.policy, budget_bytes=self._cache_budget(), block_size=config.block_size,
@@ -175,7 +163,7 @@ class LLMEngine:
         inventory = reader.inventory
         num_params = sum(s.out_features * s.in_features for s in inventory.linears.values())
         # as in one process: resident decoded linears for small CPU models unless a linear backend is forced
-        resident = (self.device.type == "cpu" and 8 * num_params <= _RESIDENT_LIMIT_BYTES
+        resident = (self.device.type == "cpu" and 8 * num_params <= RESIDENT_LIMIT_BYTES
                     and "linear" not in overrides)
         threads = config.cpu_threads or (1 if resident else None)
         max_model_len = min(config.max_model_len, self.model_config.max_position_embeddings)
@@ -233,41 +221,6 @@ class LLMEngine:
     def spec_decode_stats(self) -> SpecDecodeStats | None:
         """Draft tokens proposed/accepted and mean acceptance length; None without speculation."""
         return self.runner.stats if isinstance(self.runner, SpeculativeModelRunner) else None
-
-    def _choose_linear_backend(self, weights) -> str:
-        """Forced by kernel_overrides, else resident decoded weights for small models on the CPU."""
-        forced = self.config.kernel_overrides.get("linear")
-        num_params = sum(
-            w.shape[0] * w.shape[1] if not isinstance(w, torch.Tensor) else w.numel() for w in weights.values()
-        )
-        resident_bytes = 8 * num_params
-        if forced is None:
-            forced = parse_overrides_env().get("linear")  # the environment front door
-        self.linear_choices: dict = {}
-        if forced == "triton":
-            # Behind the switch (issue 9): choose per layer once and log; the model runs them
-            # through the per-layer dispatcher (_linear_kernel_set)
-            self.linear_choices = self._choose_linear_per_layer(weights, forced)
-            choice, why = "triton", "forced; per-layer choices above (layers Triton cannot implement run the reference)"
-        elif forced is not None:
-            choice, why = forced, "forced by kernel_overrides"
-        elif self.device.type == "cpu" and resident_bytes <= _RESIDENT_LIMIT_BYTES:
-            choice, why = "reference-resident", f"CPU and {resident_bytes / 2**20:.0f} MiB decoded fit"
-        elif self.device.type != "cpu":
-            choice, why = "reference", f"decode per call on {self.device.type}"
-        else:
-            choice, why = "reference", f"decode per call ({resident_bytes / 2**30:.1f} GiB decoded would not fit)"
-        logger.info("linear backend: %s (%s)", choice, why)
-        return choice
-
-    def _choose_linear_per_layer(self, weights, forced: str) -> dict:
-        return choose_linear_per_layer(weights, Platform.probe(self.device), o_groups=self.model_config.o_groups,
-                                       faithful=self.config.numerics == "faithful", forced=forced)
-
-    def _linear_kernel_set(self, weights) -> KernelSet:
-        """The reference set, or (per-layer choices made) one whose linear and grouped_linear slots
-        dispatch each weight to its chosen backend, decided here once."""
-        return linear_dispatch_set(weights, self.linear_choices) if self.linear_choices else REFERENCE_KERNELS
 
     def _set_cpu_threads(self, *, small_model: bool) -> None:
         """Small models on the CPU run dispatch-bound ops where a second OpenMP thread only adds

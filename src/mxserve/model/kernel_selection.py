@@ -3,7 +3,7 @@
 Here, below the distributed layer, so the single-process engine and every tensor-parallel rank
 (over its own shards) choose with the same code. Linear: `choose_linear_per_layer` (one
 `choose_linear` per weight) and `linear_dispatch_set` (the `LinearDispatcher` slots); the engine
-decides whether linear runs per layer at all (`LLMEngine._choose_linear_backend`). MoE and
+decides whether linear runs per layer at all (`build_engine_model`). MoE and
 attention: `with_moe_and_attention`, the other two chooser-driven ops with the same front door (`EngineConfig.kernel_overrides`, else
 `MXSERVE_KERNEL_OVERRIDES="moe=triton,attention=triton"`) and the same rule: the reference is the
 default, a forced Triton backend is chosen per layer where it can implement the layer, and each
@@ -31,12 +31,14 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
+from mxserve.config import ModelConfig
 from mxserve.kernels.attention_chooser import AttentionSpec, TritonAttention, attention_ops, choose_attention
 from mxserve.kernels.chooser import Choice, LinearDispatcher, LinearSpec, Platform, choose_linear
 from mxserve.kernels.moe.chooser import MOE_BACKENDS, MoESpec, TritonMoE, choose_moe, moe_kernel_slots
 from mxserve.kernels.moe.experts import packed_or_none
 from mxserve.kernels.moe.reference import route_ref
-from mxserve.model.kernel_set import KernelSet
+from mxserve.model.deepseek_v4 import DeepseekV4Model
+from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 
 logger = logging.getLogger("mxserve.engine")  # the engine's startup log (moved here from mxserve.engine)
 
@@ -247,3 +249,43 @@ def resolve_overrides(config_overrides: Mapping[str, str], environ: Mapping[str,
         if backend not in KERNEL_BACKENDS[op]:
             raise ValueError(f"{OVERRIDES_ENV}: {op}={backend!r}: unknown backend; available: {list(KERNEL_BACKENDS[op])}")
     return {**from_env, **config_overrides}
+
+
+# ---------------------------------------------------------------------------------------------- the engine's model
+RESIDENT_LIMIT_BYTES = 4 << 30  # decode weights once at load when the fp64 copy stays below this
+
+
+def build_engine_model(model_config: ModelConfig, weights: Mapping[str, object], *, device: torch.device,
+                       numerics: str, kv_cache_dtype: str | None, overrides: Mapping[str, str],
+                       max_model_len: int) -> tuple[DeepseekV4Model, str]:
+    """`DeepseekV4Model` with exactly the kernels the single-process engine runs: `LLMEngine` and
+    `mxserve bench layers` both build their model here, so the benchmark times what serving runs.
+
+    `overrides`: already resolved (`resolve_overrides`: config over MXSERVE_KERNEL_OVERRIDES).
+    Linear: forced `triton` → `choose_linear_per_layer` + `linear_dispatch_set`; another forced
+    backend → that; unforced → resident decoded fp64 weights for small models on the CPU
+    ("reference-resident"), else the reference decoding per call. Then `with_moe_and_attention`.
+    Every choice is logged once. Returns (model, linear backend name)."""
+    forced = overrides.get("linear")
+    num_params = sum(w.shape[0] * w.shape[1] if not isinstance(w, torch.Tensor) else w.numel() for w in weights.values())
+    resident_bytes = 8 * num_params
+    linear = REFERENCE_KERNELS
+    if forced == "triton":
+        choices = choose_linear_per_layer(weights, Platform.probe(device), o_groups=model_config.o_groups,
+                                          faithful=numerics == "faithful", forced=forced)
+        linear = linear_dispatch_set(weights, choices)
+        backend, why = "triton", "forced; per-layer choices above (layers Triton cannot implement run the reference)"
+    elif forced is not None:
+        backend, why = forced, "forced by kernel_overrides"
+    elif device.type == "cpu" and resident_bytes <= RESIDENT_LIMIT_BYTES:
+        backend, why = "reference-resident", f"CPU and {resident_bytes / 2**20:.0f} MiB decoded fit"
+    elif device.type != "cpu":
+        backend, why = "reference", f"decode per call on {device.type}"
+    else:
+        backend, why = "reference", f"decode per call ({resident_bytes / 2**30:.1f} GiB decoded would not fit)"
+    logger.info("linear backend: %s (%s)", backend, why)
+    model = DeepseekV4Model(model_config, weights, numerics=numerics, kv_cache_dtype=kv_cache_dtype,
+                            resident_weights=backend == "reference-resident", kernels=linear)
+    model.set_kernels(with_moe_and_attention(model, model.kernels, device=device, overrides=overrides,
+                                             max_model_len=max_model_len))
+    return model, backend

@@ -1,16 +1,22 @@
 """`mxserve bench layers`: time full-size layers, set them against their floors, project the model.
 
-Scenarios: one prefill of `prefill_tokens` tokens into empty caches, and decode steps (one new
-token per sequence) for every (batch, context) pair. Each scenario is timed as whole steps
-(median of `reps` after `warmup`), then profiled once for the per-layer, per-op split. Each
-layer's time is set against its bandwidth floor (bytes it must read / `bandwidth_tb_s`) and,
+The model is built by the engine's own function with the engine's kernel overrides
+(`bench/layers/kernels.py`), so it runs the kernels serving runs. Scenarios: one prefill of
+`prefill_tokens` tokens into empty caches, and decode steps (one new token per sequence) for
+every (batch, context) pair. Each scenario is timed as whole eager steps (`model.forward`, the
+device synchronized around each; median of `reps` after `warmup`); decode scenarios are also
+timed as the engine's CUDA-graph replay when the engine would replay one (`bench/layers/graphs.py`;
+otherwise the reason is reported), then profiled once (eager) for the per-layer, per-op split.
+Each layer's time is set against its bandwidth floor (bytes it must read / `bandwidth_tb_s`) and,
 for prefill, its compute floor (FLOPs / `peak_tflops`).
 
 The projection (clearly a projection, not a measurement): a full-model single-stream decode
 step = Σ over the full config's main layers of the measured batch-1 time of a layer of its
-kind + the measured head; tok/s = 1 / that. A kind that was not built (K smaller than the
-number of kinds) borrows a measured kind's time, labelled as such. Failures of one scenario
-(e.g. out of memory) are recorded and the others still run.
+kind + the measured head; tok/s = 1 / that. The step is the graph replay's when there is one
+(split across layers in the eager profile's proportions), else the eager step's; the projection
+says which. A kind that was not built (K smaller than the number of kinds) borrows a measured
+kind's time, labelled as such. Failures of one scenario (e.g. out of memory) are recorded and the
+others still run.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +44,8 @@ from mxserve.bench.layers.build import (
     weight_bytes,
 )
 from mxserve.bench.layers.cache import build_cache_state
-from mxserve.bench.layers.kernels import engine_kernels, kernel_labels
+from mxserve.bench.layers.graphs import time_graph_decode
+from mxserve.bench.layers.kernels import EngineKernels, build_bench_model, kernel_labels
 from mxserve.bench.layers.roofline import cache_read_bytes, layer_weight_bytes, routed_bytes, step_flops
 from mxserve.bench.layers.timing import OpProfiler, median, synchronize, time_steps, weight_owners
 from mxserve.config import AttentionKind, ModelConfig
@@ -49,6 +56,7 @@ from mxserve.testing.tiny_configs import get_config
 
 TARGET_RATIO = 1.5  # issue 12: batch-1 decode layer time within 1.5x of its bandwidth floor
 TARGET_TOK_S = 200.0  # issue 12: projected single-stream decode
+SLOW_STEP_S = 5.0  # a step this slow is timed once, not `reps` times (the time budget is for scenarios)
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,14 @@ class LayersBenchOptions:
     seed: int
     time_budget_s: float = 120.0  # scenarios not started within this (after the weights are built) are skipped
     block_size: int = 64
+    kernel_overrides: dict[str, str] = field(default_factory=dict)  # resolved (bench/layers/kernels.py)
+    kernel_source: str = "engine defaults"  # where kernel_overrides came from, in words
+    max_model_len: int = 0  # the engine's max_model_len (choosers, decode-graph geometry); 0 = the longest step
+
+    @property
+    def resolved_max_model_len(self) -> int:
+        """The capacity the model is built and decode graphs are captured for."""
+        return self.max_model_len or max(self.prefill_tokens, max(self.contexts, default=0) + 1)
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "reps", "block_size"):
@@ -79,6 +95,10 @@ class LayersBenchOptions:
                              f"{list(self.decode_batches)} / {list(self.contexts)}")
         if self.bandwidth_tb_s <= 0 or self.peak_tflops <= 0:
             raise ValueError("bench layers: bandwidth and peak FLOP rate must be positive")
+        longest = max(self.prefill_tokens, max(self.contexts, default=0) + 1)
+        if self.max_model_len and self.max_model_len < longest:
+            raise ValueError(f"bench layers: --max-model-len {self.max_model_len} is below the longest step's "
+                             f"{longest} positions")
 
 
 @dataclass(frozen=True)
@@ -108,14 +128,18 @@ def run_layers_bench(opts: LayersBenchOptions, out_json: Path, *, echo: Callable
     start = time.perf_counter()
     weights = random_weights(config, device, seed=opts.seed)
     build_s = time.perf_counter() - start
-    kernels, kernel_note = engine_kernels()
-    model = DeepseekV4Model(config, weights, numerics=opts.numerics, kernels=kernels)
+    model, engine = build_bench_model(config, weights, device=device, numerics=opts.numerics,
+                                      overrides=opts.kernel_overrides, source=opts.kernel_source,
+                                      max_model_len=opts.resolved_max_model_len)
+    labels = kernel_labels(model.kernels)
     echo(f"built {len(kinds)} {opts.config} layers ({', '.join(k.value for k in kinds)}) + head on {device} in "
-         f"{build_s:.0f} s; {sum(weight_bytes(w) for w in weights.values()) / 1e9:.2f} GB of weights; kernels: "
-         f"{kernel_note}")
+         f"{build_s:.0f} s; {sum(weight_bytes(w) for w in weights.values()) / 1e9:.2f} GB of weights")
+    echo(f"kernels (the engine's, overrides {engine.overrides or 'none'} from {engine.source}): "
+         + ", ".join(f"{op}={label}" for op, label in labels.items()))
+    for line in engine.reasons:
+        echo(f"  {line}")
     result: dict[str, Any] = {
-        "meta": _meta(opts, device, config, kinds, build_s, kernel_note, kernel_labels(kernels),
-                      model.policy.kv_cache_dtype.value),
+        "meta": _meta(opts, device, config, kinds, build_s, engine, labels, model.policy.kv_cache_dtype.value),
         "scenarios": [],
     }
     profiler = OpProfiler(weight_owners(model), device)
@@ -126,6 +150,7 @@ def run_layers_bench(opts: LayersBenchOptions, out_json: Path, *, echo: Callable
                                         "time budget was spent (--time-budget)"})
             echo(f"{scenario.name}: skipped (time budget)")
             continue
+        scenario_start = time.perf_counter()
         try:
             row = _run_scenario(scenario, opts, model, config, kinds, weights, profiler, device)
         except Exception as exc:  # one scenario (e.g. out of memory) must not lose the others
@@ -133,11 +158,15 @@ def run_layers_bench(opts: LayersBenchOptions, out_json: Path, *, echo: Callable
             echo(f"{scenario.name}: FAILED {row['error']}")
         else:
             echo(_scenario_line(row))
+        row["wall_s"] = time.perf_counter() - scenario_start  # cache fill, compiles, capture, reps, profile
         result["scenarios"].append(row)
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    result["meta"]["scenarios_wall_s"] = time.perf_counter() - started
     result["projection"] = project(result["scenarios"], full, opts)
+    for line in step_table(result):
+        echo(line)
     for line in projection_lines(result["projection"]):
         echo(line)
     out_json.parent.mkdir(parents=True, exist_ok=True)
@@ -162,8 +191,17 @@ def _run_scenario(scenario: Scenario, opts: LayersBenchOptions, model: DeepseekV
 
     first_s = time_steps(step, device, warmup=0, reps=1)[0]  # also the warm-up (kernel compiles, allocator)
     # Slow steps (tens of seconds with reference kernels at full size) get one timed rep, not `reps`.
-    times = time_steps(step, device, warmup=max(0, opts.warmup - 1), reps=opts.reps if first_s < 5.0 else 1)
+    # A slow first step may only be Triton compiling, so the first timed step decides.
+    times = time_steps(step, device, warmup=max(0, opts.warmup - 1) if first_s < SLOW_STEP_S else 0, reps=1)
+    if times[0] < SLOW_STEP_S:
+        times += time_steps(step, device, warmup=0, reps=opts.reps - 1)
+    reps = len(times)
     total_s = median(times)
+    graph: dict[str, Any] = {"graph_s": None, "graph_median_s": None, "graph_status": "prefill: the engine runs it eager"}
+    if scenario.phase == "decode":
+        graph = time_graph_decode(model, state, [row[0] for row in tokens], [scenario.context_len] * scenario.num_seqs,
+                                  device=device, max_model_len=opts.resolved_max_model_len, warmup=opts.warmup,
+                                  reps=reps)
 
     plain_kernels = model.kernels
     model.set_kernels(profiler.kernels(plain_kernels))
@@ -200,6 +238,7 @@ def _run_scenario(scenario: Scenario, opts: LayersBenchOptions, model: DeepseekV
     head = _floors("head", "head", spans.get("head", 0.0) * scale, ops.get("head", {}), head_bytes, head_flops, opts,
                    {"weights": head_bytes})
     return {"scenario": asdict(scenario), "first_step_s": first_s, "step_s": times, "step_median_s": total_s,
+            "eager_s": total_s, **graph,
             "preamble_s": (min(s for _, _, s, _ in profiler.records) - profiled_start) * scale if profiler.records else 0.0,
             "layers": layers, "head": head}
 
@@ -216,20 +255,30 @@ def _floors(owner: str, kind: str, time_s: float, ops: dict[str, float], nbytes:
 
 
 def project(rows: list[dict[str, Any]], full: ModelConfig, opts: LayersBenchOptions) -> list[dict[str, Any]]:
-    """Full-model single-stream decode per measured context (batch-1 decode scenarios only)."""
+    """Full-model single-stream decode per measured context (batch-1 decode scenarios only).
+
+    Timing: the graph replay's step when the engine would replay one (the eager profile's layer
+    and op split scaled by graph / eager step), else the eager step; `timing` says which."""
     out = []
     for row in rows:
         scen = row["scenario"]
         if "error" in row or scen["phase"] != "decode" or scen["num_seqs"] != 1:
             continue
+        if row.get("graph_median_s") is not None:
+            scale = row["graph_median_s"] / row["eager_s"]
+            timing = (f"CUDA-graph replay ({row['graph_median_s'] * 1e3:.2f} ms vs eager {row['eager_s'] * 1e3:.2f} ms "
+                      "for the built layers; layer and op split from the eager profile, scaled)")
+        else:
+            scale = 1.0
+            timing = f"eager (no graph: {row.get('graph_status', 'not attempted')})"
         by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for layer in row["layers"]:
             by_kind[layer["kind"]].append(layer)
         measured = {kind: layers[0] for kind, layers in by_kind.items()}
-        total_s, floor_s, ops_s, notes = row["head"]["time_s"] + row["preamble_s"], row["head"]["bandwidth_floor_s"], \
-            defaultdict(float), []
+        total_s, floor_s, ops_s, notes = (row["head"]["time_s"] + row["preamble_s"]) * scale, \
+            row["head"]["bandwidth_floor_s"], defaultdict(float), []
         for op, seconds in row["head"]["ops_s"].items():
-            ops_s[f"head {op}"] += seconds
+            ops_s[f"head {op}"] += seconds * scale
         for kind, count in kinds_by_frequency(full):
             layer = measured.get(kind.value)
             if layer is None:  # not built: borrow the cheapest related measured kind, say so
@@ -237,14 +286,15 @@ def project(rows: list[dict[str, Any]], full: ModelConfig, opts: LayersBenchOpti
                 layer = measured[stand_in]
                 notes.append(f"{count} {kind.value} layers not built: timed as {stand_in} layers "
                              f"({'an upper bound' if kind is AttentionKind.SLIDING else 'an estimate'})")
-            total_s += count * layer["time_s"]
+            total_s += count * layer["time_s"] * scale
             floor_s += count * layer["bandwidth_floor_s"]
             for op, seconds in layer["ops_s"].items():
-                ops_s[op] += count * seconds
+                ops_s[op] += count * seconds * scale
         bottleneck = max(ops_s, key=ops_s.get)
-        ratios = [layer["ratio_to_bandwidth_floor"] for layer in row["layers"]]
+        ratios = [layer["ratio_to_bandwidth_floor"] * scale for layer in row["layers"]]
         out.append({
             "label": "PROJECTION (not a measurement): full model, one stream, one GPU's bandwidth",
+            "timing": timing, "is_graph": scale != 1.0 or row.get("graph_median_s") is not None,
             "context_len": scen["context_len"], "step_s": total_s, "tok_s": 1.0 / total_s,
             "bandwidth_floor_step_s": floor_s, "bandwidth_floor_tok_s": 1.0 / floor_s,
             "bottleneck_op": bottleneck, "bottleneck_share": ops_s[bottleneck] / sum(ops_s.values()),
@@ -260,17 +310,25 @@ def projection_lines(projection: list[dict[str, Any]]) -> list[str]:
     lines = []
     for p in projection:
         lines.append(
-            f"PROJECTION ctx {p['context_len']}: full-model single-stream decode {p['tok_s']:.3g} tok/s "
+            f"PROJECTION ctx {p['context_len']} [{'graph' if p['is_graph'] else 'eager'}]: full-model single-stream "
+            f"decode {p['tok_s']:.3g} tok/s "
             f"({p['step_s'] * 1e3:.1f} ms/token; bandwidth floor {p['bandwidth_floor_tok_s']:.0f} tok/s); "
             f"held back by {p['bottleneck_op']} ({100 * p['bottleneck_share']:.0f}% of the step); worst layer "
             f"{p['layer_ratio_max']:.1f}x its floor (target {TARGET_RATIO}x: {'met' if p['layer_ratio_met'] else 'missed'}; "
             f"{TARGET_TOK_S:.0f} tok/s: {'met' if p['tok_s_met'] else 'missed'})")
+        lines.append(f"  timing: {p['timing']}")
         lines.extend(f"  note: {n}" for n in p["notes"])
     return lines
 
 
+def _graph_words(row: dict[str, Any]) -> str:
+    if row.get("graph_median_s") is not None:
+        return f"graph {row['graph_median_s'] * 1e3:.2f} ms"
+    return f"graph: {row['graph_status']}"
+
+
 def _scenario_line(row: dict[str, Any]) -> str:
-    parts = [f"{row['scenario']['name']}: step {row['step_median_s'] * 1e3:.1f} ms"]
+    parts = [f"{row['scenario']['name']}: eager step {row['eager_s'] * 1e3:.1f} ms, {_graph_words(row)}"]
     for layer in [*row["layers"], row["head"]]:
         parts.append(f"{layer['owner']} ({layer['kind']}) {layer['time_s'] * 1e3:.2f} ms = "
                      f"{layer['ratio_to_bandwidth_floor']:.1f}x bw floor {layer['bandwidth_floor_s'] * 1e6:.0f} us, "
@@ -286,6 +344,8 @@ def summary_table(result: dict[str, Any]) -> list[str]:
         if "error" in row:
             rows.append(f"| {row['scenario']['name']} | - | failed: {row['error'][:80]} | | | | | | |")
             continue
+        rows.append(f"| {row['scenario']['name']} | whole step | eager {row['eager_s'] * 1e3:.2f}; "
+                    f"{_graph_words(row)} | | | | | | |")
         for layer in [*row["layers"], row["head"]]:
             top = layer["top_op"]
             rows.append(f"| {row['scenario']['name']} | {layer['owner']} {layer['kind']} | {layer['time_s'] * 1e3:.2f} | "
@@ -295,8 +355,21 @@ def summary_table(result: dict[str, Any]) -> list[str]:
     return rows
 
 
+def step_table(result: dict[str, Any]) -> list[str]:
+    """The printed summary: each scenario's whole step, eager and (decode) CUDA-graph replay."""
+    lines = [f"{'scenario':<24} {'eager ms':>10} {'graph ms':>10}  graph"]
+    for row in result["scenarios"]:
+        name = row["scenario"]["name"]
+        if "error" in row:
+            lines.append(f"{name:<24} {'-':>10} {'-':>10}  {row['error'][:100]}")
+            continue
+        graph_ms = f"{row['graph_median_s'] * 1e3:.2f}" if row.get("graph_median_s") is not None else "-"
+        lines.append(f"{name:<24} {row['eager_s'] * 1e3:>10.2f} {graph_ms:>10}  {row['graph_status']}")
+    return lines
+
+
 def _meta(opts: LayersBenchOptions, device: torch.device, config: ModelConfig, kinds: tuple[AttentionKind, ...],
-          build_s: float, kernel_note: str, labels: dict[str, str], kv_cache_dtype: str) -> dict[str, Any]:
+          build_s: float, engine: EngineKernels, labels: dict[str, str], kv_cache_dtype: str) -> dict[str, Any]:
     versions = {}
     for package in ("mxserve", "torch", "triton"):
         try:
@@ -308,7 +381,10 @@ def _meta(opts: LayersBenchOptions, device: torch.device, config: ModelConfig, k
         "command": " ".join(sys.argv), "python": platform.python_version(), "versions": versions,
         "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
         "options": asdict(opts), "layer_kinds": [k.value for k in kinds], "weights_build_s": build_s,
-        "kernels": labels, "kernel_source": kernel_note, "numerics": opts.numerics,
+        "kernels": labels, "kernel_overrides": engine.overrides, "kernel_source": engine.source,
+        "kernel_builder": "mxserve.model.kernel_selection.build_engine_model (the engine's)",
+        "linear_backend": engine.linear_backend, "kernel_reasons": list(engine.reasons),
+        "max_model_len": opts.resolved_max_model_len, "numerics": opts.numerics,
         "kv_cache_dtype": kv_cache_dtype, "hidden_size": config.hidden_size,
         "floors": f"bandwidth {opts.bandwidth_tb_s} TB/s (copy), compute {opts.peak_tflops} TFLOP/s (bf16 dense)",
     }

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from mxserve.formats import QuantizedWeight
+from mxserve.kernels.linear import Weight
 from mxserve.model.kernel_set import KernelSet
 
 
@@ -50,12 +50,13 @@ def median(values: list[float]) -> float:
 
 
 def weight_owners(model: Any) -> dict[int, tuple[str, str]]:
-    """id(weight tensor or QuantizedWeight) → ("layer i" / "head", field path such as "wq_b" or
-    "indexer.wq_b"), from the model's bound layers."""
+    """id(weight: tensor, QuantizedWeight or ResidentWeight) → ("layer i" / "head", field path such
+    as "wq_b" or "indexer.wq_b"), from the model's bound layers (resident weights are what the
+    engine binds for small models on the CPU: the object itself is what the ops receive)."""
     owners: dict[int, tuple[str, str]] = {}
 
     def visit(obj: Any, owner: str, path: str) -> None:
-        if isinstance(obj, torch.Tensor | QuantizedWeight):
+        if isinstance(obj, Weight):
             owners[id(obj)] = (owner, path)
         elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             for f in dataclasses.fields(obj):

@@ -1,0 +1,58 @@
+"""Decode steps timed as the engine runs them when it can: CUDA-graph replay.
+
+The engine's `ModelRunner` replays `DecodeGraphs` (`mxserve.engine.cuda_graphs`) for a pure-decode
+step whose batch fits a bucket, when the model `supports_cuda_graphs` and the first step's host-sync
+probe and capture succeed; otherwise the step runs eager and the runner says why. The bench asks
+the same questions through the same code (`decide`, `DecodeGraphs`), so `graph_s` is what a
+served decode step costs — host-side batch building, the copy into the static buffers and the
+replay — and when there is no graph, the reason is reported instead, never an eager number in
+its place.
+
+The decode path's shapes are fixed by a `DecodeGeometry` (the engine's `max_model_len`): its
+candidate sets are sized by that capacity and masked per row, so a step at a short context costs
+what it costs under a server configured for the longest one. The geometry used is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from mxserve.bench.layers.timing import median, time_steps
+from mxserve.engine.cuda_graphs import DecodeGraphs, decide
+from mxserve.model.decode_batch import DecodeGeometry
+from mxserve.model.kv_state import ModelCacheState
+
+
+def time_graph_decode(model: Any, state: ModelCacheState, token_ids: Sequence[int], positions: Sequence[int], *,
+                      device: torch.device, max_model_len: int, warmup: int, reps: int) -> dict[str, Any]:
+    """{"graph_s": [seconds per rep] | None, "graph_median_s": float | None, "graph_status": words,
+    "graph_bucket": int | None, "graph_max_model_len": int} for one decode step of len(token_ids)
+    sequences (ids 0..n-1 in `state`), one token each at `positions`."""
+    n = len(token_ids)
+    out: dict[str, Any] = {"graph_s": None, "graph_median_s": None, "graph_bucket": None,
+                           "graph_max_model_len": max_model_len}
+    decision = decide([1] * n, enforce_eager=False, device_type=device.type,
+                      model_capturable=getattr(model, "supports_cuda_graphs", False),
+                      hooks_on=getattr(model, "observer", None) is not None)
+    if decision.is_eager:
+        out["graph_status"] = f"not captured: {decision.reason}"
+        return out
+    geometry = DecodeGeometry.for_positions(model.config, state.block_size, max_model_len)
+    graphs = DecodeGraphs(model, state, geometry, device)
+    seq_ids = list(range(n))
+
+    def step() -> torch.Tensor | None:
+        return graphs.run(list(token_ids), seq_ids, list(positions), decision.bucket)
+
+    # The first run probes for host syncs and captures (a re-run decode step rewrites the same
+    # slots with the same bytes, so every rep is the same work).
+    if step() is None:
+        out["graph_status"] = f"not captured: {graphs.unavailable}"
+        return out
+    times = time_steps(step, device, warmup=warmup, reps=reps)
+    out.update(graph_s=times, graph_median_s=median(times), graph_bucket=decision.bucket,
+               graph_status=f"replayed (bucket {decision.bucket}, {graphs.num_replays} replays)")
+    return out
