@@ -53,6 +53,18 @@ def gate_logits_triton(x: torch.Tensor, gate_weight: torch.Tensor) -> torch.Tens
     return out
 
 
+_SCALINGS: dict[tuple[float, str], torch.Tensor] = {}
+
+
+def _scaling_tensor(value: float, device: torch.device) -> torch.Tensor:
+    """The routed scaling as a device fp64 scalar, made once per (value, device): building it per
+    call is a host-to-device copy, a sync that kept the decode step out of CUDA graphs."""
+    key = (float(value), str(device))
+    if key not in _SCALINGS:
+        _SCALINGS[key] = torch.tensor([value], dtype=torch.float64, device=device)
+    return _SCALINGS[key]
+
+
 def route_triton(
     x: torch.Tensor,
     gate_weight: torch.Tensor,
@@ -91,7 +103,7 @@ def route_triton(
     block_t = max(1, min(16, 4096 // block_e))  # rows per program: ~4K fp64 scores in registers
     kpad = triton.next_power_of_2(top_k)
     # ------------------------------------------------------------------------------------------
-    scaling = torch.tensor([routed_scaling], dtype=torch.float64, device=x.device)
+    scaling = _scaling_tensor(routed_scaling, x.device)
     dummy = logits  # unused pointer slots
     if is_hash:
         tid2eid = tid2eid.contiguous()
