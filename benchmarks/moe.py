@@ -120,7 +120,9 @@ def bf16_grouped(x, ids, w, w13, w2, hit_index):
     order = torch.sort(flat, stable=True).indices
     tok = order // TOP_K
     local = hit_index[flat[order]]
-    counts = torch.bincount(local, minlength=w13.shape[0])
+    # scatter_add, not bincount: bincount sizes its output from max(local), a host sync that made
+    # the baseline's graph capture fail (it then ran as an eager loop)
+    counts = torch.zeros(w13.shape[0], dtype=torch.long, device="cuda").scatter_add_(0, local, torch.ones_like(local))
     offs = torch.cumsum(counts, 0).int()
     xs = x[tok]
     if GROUPED_MM[0]:
