@@ -46,8 +46,9 @@ class EngineConfig:
     kv_cache_memory: int | None = None  # bytes for all caches; None = sized from the device (see docs)
     gpu_memory_utilization: float = 0.9  # fraction of free GPU memory the caches may take when sizing
     kernel_overrides: dict[str, str] = field(default_factory=dict)  # op name → backend ("reference", ...)
-    # True: never try CUDA-graph decode. False: decode steps may replay graphs per batch bucket where
-    # the forward is capturable (it is not yet: every step runs eager and says why, engine/cuda_graphs.py)
+    # True: never try CUDA-graph decode. False: one-token decode steps replay a graph per batch bucket
+    # when the selected kernels never sync with the host (the all-Triton set on a GPU; the reference
+    # kernels sync, so those steps run eager and the log says why: engine/cuda_graphs.py)
     enforce_eager: bool = False
     seed: int = 0  # seeds requests that bring none (per-request seeds are drawn from it)
     cpu_threads: int | None = None  # torch intra-op threads on the CPU; None = auto (1 for small models)
