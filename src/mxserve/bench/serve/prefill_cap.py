@@ -8,7 +8,9 @@ of them. Run against two servers with the same budget (set to the long prompt's 
   short request's first token waits for the entire long prefill;
 * with the cap (threshold C < budget): the long prompt takes C tokens per step and the short
   request's prompt fits beside it in the first step, so its TTFT is about one small step.
-Each repetition reports both requests' TTFT; the summary takes medians.
+Each repetition reports both requests' TTFT; the summary takes medians. One unmeasured pair runs
+first: on a GPU the first 2048-token prefill compiles kernels for new shapes (the H200 run of
+2026-11-29 showed a cold repetition 10-25x slower than a warm one, which skewed a 2-rep median).
 """
 
 from __future__ import annotations
@@ -58,14 +60,22 @@ async def run_prefill_cap(base_url: str, *, label: str, threshold: int, budget: 
     httpx = import_httpx()
     short_ttft, long_ttft, errors = [], [], []
     async with httpx.AsyncClient(timeout=timeout_s) as client:
-        for long_ids, short_ids in zip(long_prompts, short_prompts, strict=True):
+
+        async def pair(long_ids: Sequence[int], short_ids: Sequence[int]) -> tuple[RequestRecord, RequestRecord]:
             # The long request decodes a few tokens so it is still running when the short one arrives.
             long_task = asyncio.create_task(stream_completion(
                 client, base_url, completion_body(long_ids, 4, model), headers=headers, timeout_s=timeout_s))
             await asyncio.sleep(delay_s)
             short = await stream_completion(client, base_url, completion_body(short_ids, 2, model), headers=headers,
                                             timeout_s=timeout_s)
-            long = await long_task
+            return short, await long_task
+
+        warm_short, warm_long = await pair(long_prompts[0], short_prompts[0])  # unmeasured warm-up
+        for name, record in (("warm-up short", warm_short), ("warm-up long", warm_long)):
+            if not record.ok:
+                errors.append(f"{name}: {record.error}")
+        for long_ids, short_ids in zip(long_prompts, short_prompts, strict=True):
+            short, long = await pair(long_ids, short_ids)
             for name, record, sink in (("short", short, short_ttft), ("long", long, long_ttft)):
                 _collect(name, record, sink, errors)
     return PrefillCapResult(label, threshold, budget, len(long_prompts[0]), len(short_prompts[0]),
