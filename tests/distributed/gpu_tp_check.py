@@ -10,7 +10,13 @@ one process on cuda:0 with THE SAME kernels (chosen by the same selection code);
 step time, per-rank weight bytes, and each rank's kernel choices. One executor per world size
 is rebuilt per case (respawned if a case killed it). Each reference and case runs in its own
 try/except; a table is printed and raw results go to $OUT/tp_check.json.
+Last, through the engine (`LLMEngine`, what `mxserve serve --tensor-parallel-size 2` runs): greedy
+tokens of TP=2 against one process with the same all-Triton kernels, and whether each decodes by
+CUDA-graph replay. Under TP it does not (the driver's runner holds a `RemoteModel`, which has no
+capturable decode path): the row reports that, with the runner's recorded eager reasons, rather
+than claiming graph-captured decode was checked.
 Expected: ~1-3 min on 2 H200 (Triton compiles once per process; the cache is shared).
+NVLink multicast stays off (the device rules): the three variables below are set before anything starts.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import os
 import time
 import traceback
 from pathlib import Path
+
+os.environ.update({"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"})
 
 import torch
 
@@ -69,6 +77,44 @@ def one_process(reader: CheckpointReader, overrides: dict[str, str]) -> tuple[De
                                              max_model_len=MAX_MODEL_LEN))
     labels = {op: model.kernels.label(op) for op in ("linear", "moe_experts", "sparse_attention")}
     return model, json.dumps(labels)
+
+
+def engine_rows(prompt: list[int]) -> list[dict]:
+    """TP=2 vs one process through LLMEngine (exact numerics, all-Triton kernels): greedy tokens, and
+    how each decoded (graph replay or eager, with the runner's reasons)."""
+    from mxserve.engine.llm import LLM
+    from mxserve.engine.sampling_params import SamplingParams
+
+    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    prompts = [prompt, prompt[::-1]]
+    rows, tokens = [], {}
+    for n in (1, 2):
+        row: dict = {"case": f"engine TP={n} triton"}
+        try:
+            started = time.monotonic()
+            llm = LLM(None, progress=False, device="cuda", numerics="exact", kernel_overrides=KERNELS["triton"],
+                      max_model_len=MAX_MODEL_LEN, tensor_parallel_size=n)
+            row["startup_s"] = round(time.monotonic() - started, 1)
+            outs = llm.generate(prompts, params)
+            tokens[n] = [list(o.outputs[0].token_ids) for o in outs]
+            runner = llm.engine.runner
+            row["runner_has_decode_graphs"] = getattr(runner, "decode_graphs", None) is not None
+            row["eager_reasons"] = dict(runner.eager_stats.counts)
+            if n > 1:
+                row["graph_decode_under_tp"] = (
+                    "not available: the TP driver's ModelRunner holds a RemoteModel on the driver's CPU (no "
+                    "decode_forward, not capturable); ranks run TensorParallelModel.forward (per-chunk path, "
+                    "host-side token-id check)" if getattr(runner, "decode_graphs", None) is None
+                    else "the runner has decode graphs: see eager_reasons")
+                row["greedy_equal"] = tokens.get(1) == tokens[2]
+                row["pass"] = row["greedy_equal"]
+            llm.engine.close()
+        except Exception as exc:
+            traceback.print_exc()
+            row["error"] = repr(exc)
+        rows.append(row)
+        print(row, flush=True)
+    return rows
 
 
 def main() -> None:
@@ -145,6 +191,8 @@ def main() -> None:
             executor.close()
         except Exception:
             traceback.print_exc()
+    if gpus >= 2:
+        results += engine_rows(prompt)
     (out_dir / "tp_check.json").write_text(json.dumps(results, indent=2))
     print(f"\n{'case':<22} {'start s':>8} {'max rel':>10} {'greedy':>7} {'pass':>5}")
     for r in results:
