@@ -105,8 +105,10 @@ def random_linear(spec: LinearSpec, seed: int, pools: _Pools, exact: bool = Fals
     groups = torch.randint(0, POOL_ROWS // rows_per_scale, (spec.out_features // rows_per_scale,), generator=g)
     rows = (groups[:, None] * rows_per_scale + torch.arange(rows_per_scale)).reshape(-1)
     flip = torch.randint(0, 2, (spec.out_features, 1), generator=g, dtype=torch.uint8) * _SIGN_BITS[spec.release_format]
-    codes = pool.codes[rows] ^ flip
-    scales = pool.scales[groups] if rows_per_scale > 1 else pool.scales[rows]
+    # index_select, not advanced indexing: same bytes, ~18x faster for an 8 MB expert matrix (the
+    # full-size Flash checkpoint of issue 15 is 160 GB)
+    codes = pool.codes.index_select(0, rows) ^ flip
+    scales = pool.scales.index_select(0, groups if rows_per_scale > 1 else rows)
     if spec.release_format is ReleaseFormat.MXFP4:
         return QuantizedWeight.from_mxfp4(codes, scales, spec.in_features)
     return QuantizedWeight.from_fp8_block(codes, scales, block=spec.block, fmt=pool.fmt)
