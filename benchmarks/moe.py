@@ -16,6 +16,8 @@ copy bandwidth and of 4.27 TB/s, and same-run ratios. First it checks parity aga
 torch twin (`moe_experts_ref`) at every token count and routing, and batch invariance.
 
     PYTHONPATH=src python benchmarks/moe.py --out $OUT/moe.json      # ~2-3 min on an H200
+    PYTHONPATH=src python benchmarks/moe.py --variants bf16 bf16-split --tokens 1 4 16 64 256 \
+        --skip invariance --out $OUT/moe_split.json                  # issue 10: split decode vs fused
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ E, D, I, TOP_K = 256, 4096, 2048, 6
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096)
 NOMINAL_TBS = 4.27e12
 LIMIT = 10.0
+TIMED_VARIANTS = {  # timed name: (moe_experts_triton variant, layer)
+    "bf16": ("bf16", "mxfp4"), "w4a8": ("w4a8", "mxfp4"), "repack": ("bf16", "fp8"),
+    "bf16-split": ("bf16-split", "mxfp4"),
+}
 GROUPED_MM = [hasattr(torch, "_grouped_mm")]  # falls back to a per-expert loop if it fails once
 
 
@@ -205,6 +211,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS))
     ap.add_argument("--skip", nargs="*", default=[], choices=["parity", "invariance", "timing"])
     ap.add_argument("--deadline", type=float, default=165.0, help="seconds after which no new token count is timed")
+    ap.add_argument("--variants", nargs="*", default=["bf16", "w4a8", "repack"], choices=list(TIMED_VARIANTS),
+                    help="routed-part variants to time (bf16-split: issue 10's split decode, next to bf16)")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "benchmarks/moe.py needs a GPU"
     t_start = time.time()
@@ -231,11 +239,14 @@ def main() -> None:
                 ref = moe_experts_ref(x, ids, w, ref_experts, limit=LIMIT, quantize_inputs=True,
                                       hidden_dtype=torch.bfloat16)
                 row = {"kind": "parity", "tokens": x.shape[0], "routing": pattern}
-                for variant in ("bf16", "w4a8"):
-                    out = moe_experts_triton(x, ids, w, st, limit=LIMIT, quantize_inputs=True,
-                                             hidden_dtype=torch.bfloat16, variant=variant)
+                outs = {}
+                for variant in [v for v in ("bf16", "w4a8", "bf16-split") if v in args.variants or v != "bf16-split"]:
+                    out = outs[variant] = moe_experts_triton(x, ids, w, st, limit=LIMIT, quantize_inputs=True,
+                                                             hidden_dtype=torch.bfloat16, variant=variant)
                     row[variant] = rel_err(out, ref)
                     row[variant + "_nan"] = bool(torch.isnan(out).any())
+                if "bf16-split" in outs:  # the split decode must give the fused variant's bits
+                    row["split_bit_identical_to_bf16"] = bool(torch.equal(outs["bf16-split"], outs["bf16"]))
                 if x.shape[0] <= 64:
                     ref_x = moe_experts_ref(x.float(), ids, w, ref_experts, limit=LIMIT, quantize_inputs=False)
                     out = moe_experts_triton(x.float(), ids, w, st, limit=LIMIT, quantize_inputs=False)
@@ -283,10 +294,11 @@ def main() -> None:
                 hit = [int(torch.unique(ids).numel()) for _, _, ids in cases]
                 row["hit_experts"] = statistics.mean(hit)
                 row["hit_bytes"] = row["hit_experts"] * per_expert_bytes
-                for variant, layer in (("bf16", st), ("w4a8", st), ("repack", fp8.get("st"))):
+                for variant in args.variants:
+                    v, which = TIMED_VARIANTS[variant]
+                    layer = st if which == "mxfp4" else fp8.get("st")
                     if layer is None:
                         continue
-                    v = "w4a8" if variant == "w4a8" else "bf16"
                     try:
                         calls = [lambda c=c, v=v, layer=layer: moe_experts_triton(
                             c[0], c[2], c[1], layer, limit=LIMIT, quantize_inputs=True, hidden_dtype=torch.bfloat16,
@@ -323,15 +335,15 @@ def main() -> None:
         section("timing", log, timing)
 
     print("\nMoE layer (256 experts, top-6, 4096->2048->4096), times in us, faithful numerics")
-    hdr = ("tok", "routing", "hit", "MB", "bf16", "w4a8", "repack", "TB/s", "%copy", "router", "shared",
+    hdr = ("tok", "routing", "hit", "MB", "bf16", "w4a8", "repack", "split", "TB/s", "%copy", "router", "shared",
            "bf16mm", "x bf16mm", "deq+mm", "x deq")
     print(" ".join(f"{h:>8}" for h in hdr))
     for r in log:
         if r.get("kind") != "time":
             continue
-        best = min(r.get(k, float("inf")) for k in ("bf16_us", "w4a8_us"))
+        best = min(r.get(k, float("inf")) for k in ("bf16_us", "w4a8_us", "bf16-split_us"))
         cells = [r["tokens"], r["routing"], f"{r['hit_experts']:.0f}", f"{r['hit_bytes'] / 1e6:.0f}",
-                 *(f"{r[k]:.1f}" if k in r else "-" for k in ("bf16_us", "w4a8_us", "repack_us")),
+                 *(f"{r[k]:.1f}" if k in r else "-" for k in ("bf16_us", "w4a8_us", "repack_us", "bf16-split_us")),
                  f"{r['hit_bytes'] / (best * 1e-6) / 1e12:.2f}" if best < float("inf") else "-",
                  f"{100 * r['hit_bytes'] / (best * 1e-6) / copy_bw:.0f}" if best < float("inf") else "-",
                  *(f"{r[k]:.1f}" if k in r else "-" for k in ("router_us", "shared_us", "bf16_grouped_us")),

@@ -66,3 +66,11 @@ def test_kernel_slots():
     assert moe_kernel_slots("triton-repack")["moe_experts"].keywords["repack_fp8"] is True
     with pytest.raises(ValueError, match="unknown backend"):
         moe_kernel_slots("cuda-magic")
+
+
+def test_split_decode_backend():
+    choice = choose_moe(_spec(max_scale_byte=127), H200, forced="triton-split")
+    assert choice.backend == "triton-split" and "split decode" in choice.reason
+    assert "overflows" in choose_moe(_spec(max_scale_byte=129), H200, forced="triton-split").reason
+    assert "MXFP4" in choose_moe(_spec(layout="fp8_block"), H200, forced="triton-split").reason
+    assert moe_kernel_slots("triton-split")["moe_experts"].keywords["variant"] == "bf16-split"

@@ -66,3 +66,23 @@ def test_exact_mode(layer):
     ref = moe_experts_ref(x, ids, w, experts, limit=10.0, quantize_inputs=False)
     got = moe_experts_triton(x, ids, w, st, limit=10.0, quantize_inputs=False)
     assert ((got - ref).norm() / ref.norm()).item() <= 1e-4
+
+
+@pytest.mark.parametrize("num_tokens", [1, 40, 300])
+@pytest.mark.parametrize("quantize_inputs", [True, False])
+def test_split_decode_bit_identical_to_fused(layer, num_tokens, quantize_inputs):
+    """Variant "bf16-split" (PTX nibble decode, bf16 scale products, 64-feature wgmma tiles) gives the
+    fused "bf16" variant's bits: 1 and 40 tokens run the split decode here (16 experts: up to 256
+    pairs), 300 the fused prefill tile in both; token 0 alone equals token 0 in the batch."""
+    st, _, gate = layer
+    x = torch.randn(num_tokens, D, device="cuda")
+    x = x.bfloat16() if quantize_inputs else x
+    w, ids = route_ref(x, gate, top_k=K, routed_scaling=1.5, bias=torch.zeros(E, device="cuda"))
+    kw = dict(limit=10.0, quantize_inputs=quantize_inputs,
+              hidden_dtype=torch.bfloat16 if quantize_inputs else torch.float32)
+    fused = moe_experts_triton(x, ids, w, st, variant="bf16", **kw)
+    split = moe_experts_triton(x, ids, w, st, variant="bf16-split", **kw)
+    diff = split != fused
+    assert not diff.any(), f"{int(diff.sum())} differ, max |d| {(split - fused).abs().max().item():.3e}"
+    one = moe_experts_triton(x[:1], ids[:1], w[:1], st, variant="bf16-split", **kw)
+    assert torch.equal(one[0], split[0])

@@ -158,6 +158,34 @@ def _block_rows(sorted_ptr, block_expert_ptr, expert_start_ptr, expert_count_ptr
     return expert, pos, pair, valid
 
 
+@triton.jit
+def _swiglu_epilogue(g, u, pair, pos, valid, n_mask, offs_n, route_w_ptr, h_ptr, hs_ptr, stride_h, stride_hs,
+                     limit, H_BF16: tl.constexpr, QUANT_H: tl.constexpr, H_CODES: tl.constexpr):
+    """Stores h[pos, n] for the fp32 gate/up sums g, u [BLOCK_N, BLOCK_M] (see `_moe_gate_up_kernel`);
+    with QUANT_H the tile is one 128-channel block of h, program_id(0) its index."""
+    g = tl.minimum(g, limit)  # upper clamp only
+    u = tl.minimum(tl.maximum(u, -limit), limit)
+    rw = tl.load(route_w_ptr + pair, mask=valid, other=0.0)
+    h = (g / (1.0 + tl.exp(-g))) * u * rw[None, :]
+    if H_BF16:
+        h = _round_bf16(h)
+    keep = n_mask[:, None] & valid[None, :]
+    if QUANT_H:  # BLOCK_N is 128: this tile's rows are whole 128-channel blocks of h
+        # the faithful quantizer of `act_quant` (NaN in h is not special-cased: it stays NaN)
+        e = pow2_scale_exponent(tl.max(tl.where(keep, tl.abs(h), 0.0), axis=0))  # [BM]
+        q = round_e4m3(clamp_e4m3(h * exp2_bits(-e)[None, :]))
+        scale = exp2_bits(e)
+        h = q * scale[None, :]
+        tl.store(hs_ptr + pos * stride_hs + tl.program_id(0), scale, mask=valid)
+    dst = h_ptr + pos[None, :] * stride_h + offs_n[:, None]
+    if H_CODES:
+        tl.store(dst, q.to(tl.float8e4nv).to(tl.uint8, bitcast=True), mask=keep)
+    elif H_BF16:
+        tl.store(dst, h.to(tl.bfloat16), mask=keep)
+    else:
+        tl.store(dst, h, mask=keep)
+
+
 @triton.jit(do_not_specialize=['num_pairs'])  # run-time sizes: one compile for every value
 def _moe_gate_up_kernel(
     x_ptr, xs_ptr, w1_ptr, w1s_ptr, w3_ptr, w3s_ptr,
@@ -186,27 +214,8 @@ def _moe_gate_up_kernel(
     u = _expert_matmul(x_ptr, xs_ptr, token, valid, stride_x, stride_xs,
                        w3_ptr + e64 * stride_we, w3s_ptr + e64 * stride_wse, stride_wn, stride_wsn, offs_n, n_mask, D,
                        BLOCK_M, BLOCK_N, W_FMT, DOT, X_FP8, X_PIECES)
-    g = tl.minimum(g, limit)  # upper clamp only
-    u = tl.minimum(tl.maximum(u, -limit), limit)
-    rw = tl.load(route_w_ptr + pair, mask=valid, other=0.0)
-    h = (g / (1.0 + tl.exp(-g))) * u * rw[None, :]
-    if H_BF16:
-        h = _round_bf16(h)
-    keep = n_mask[:, None] & valid[None, :]
-    if QUANT_H:  # BLOCK_N is 128: this tile's rows are whole 128-channel blocks of h
-        # the faithful quantizer of `act_quant` (NaN in h is not special-cased: it stays NaN)
-        e = pow2_scale_exponent(tl.max(tl.where(keep, tl.abs(h), 0.0), axis=0))  # [BM]
-        q = round_e4m3(clamp_e4m3(h * exp2_bits(-e)[None, :]))
-        scale = exp2_bits(e)
-        h = q * scale[None, :]
-        tl.store(hs_ptr + pos * stride_hs + tl.program_id(0), scale, mask=valid)
-    dst = h_ptr + pos[None, :] * stride_h + offs_n[:, None]
-    if H_CODES:
-        tl.store(dst, q.to(tl.float8e4nv).to(tl.uint8, bitcast=True), mask=keep)
-    elif H_BF16:
-        tl.store(dst, h.to(tl.bfloat16), mask=keep)
-    else:
-        tl.store(dst, h, mask=keep)
+    _swiglu_epilogue(g, u, pair, pos, valid, n_mask, offs_n, route_w_ptr, h_ptr, hs_ptr, stride_h, stride_hs,
+                     limit, H_BF16, QUANT_H, H_CODES)
 
 
 @triton.jit(do_not_specialize=['num_pairs'])  # run-time sizes: one compile for every value

@@ -10,6 +10,8 @@ override op name is "moe" (`EngineConfig.kernel_overrides["moe"]`, or
   triton           router + grouped MXFP4 kernels, weights widened to bf16 in registers
   triton-w4a8      the same with FP8 activations on FP8 tensor cores (faithful numerics, sm_89+)
   triton-repack    experts repacked losslessly MXFP4 → 128x128 block FP8 at load (spec §6.6)
+  triton-split     "triton"'s numbers bit for bit, decode in split launches with a cheaper nibble
+                   decode (variant "bf16-split"; MXFP4 with scale bytes <= 128; issue 10, opt-in)
 
 Triton is off unless forced until the issue-10 gates pass (docs/benchmarks.md, MoE section).
 `moe_kernel_slots(backend)` gives the KernelSet slot callables (route, moe_experts, expert_ffn).
@@ -31,9 +33,10 @@ from mxserve.kernels.chooser import (
 )
 from mxserve.kernels.moe.reference import ExpertWeights, expert_ffn_ref, moe_experts_ref, route_ref
 
-MOE_BACKENDS = ("reference", "triton", "triton-w4a8", "triton-repack")
+MOE_BACKENDS = ("reference", "triton", "triton-w4a8", "triton-repack", "triton-split")
 W4A8_MAX_SPREAD = 14  # binades between a 128-K block's group scales that the W4A8 rescale keeps exact
 MIN_SCALE_BYTE = 16  # below, the in-register widening leaves the bf16/fp32 normal range
+MAX_SPLIT_SCALE_BYTE = 128  # "triton-split" multiplies by the bf16 2^(b-1): finite up to here
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class MoESpec:
     quantize_inputs: bool  # faithful numerics (FP8 activation QAT)
     min_scale_byte: int  # smallest UE8M0 byte of the routed experts (255 if none)
     max_group_spread: int  # largest spread of 4 group scale bytes in a row's 128-K block (MXFP4)
+    max_scale_byte: int = 0  # largest UE8M0 byte of the routed experts (0 if none)
 
     @classmethod
     def of(cls, name: str, experts: Sequence[ExpertWeights], *, quantize_inputs: bool) -> MoESpec:
@@ -56,11 +60,12 @@ class MoESpec:
         packed = [packed_or_none(getattr(ex, n)) for ex in experts for n in ("w1", "w3", "w2")]
         layouts = {None if q is None else q.layout.value for q in packed}
         if len(layouts) != 1 or None in layouts:
-            return cls(name, len(experts), hidden, dim, None, quantize_inputs, 255, 0)
+            return cls(name, len(experts), hidden, dim, None, quantize_inputs, 255, 0, 0)
         layout = layouts.pop()
         min_byte = min(int(q.scales.min()) for q in packed)
+        max_byte = max(int(q.scales.max()) for q in packed)
         spread = max(scale_spread(q.scales) for q in packed) if layout == "mxfp4" else 0
-        return cls(name, len(experts), hidden, dim, layout, quantize_inputs, min_byte, spread)
+        return cls(name, len(experts), hidden, dim, layout, quantize_inputs, min_byte, spread, max_byte)
 
 
 class TritonMoE:
@@ -93,6 +98,12 @@ class TritonMoE:
             if spec.max_group_spread > W4A8_MAX_SPREAD:
                 return False, f"group scales span {spec.max_group_spread} > {W4A8_MAX_SPREAD} binades (lossy)"
             return True, f"{spec.num_experts} MXFP4 experts {spec.hidden}x{spec.dim}, W4A8 on FP8 tensor cores"
+        if self.name == "triton-split":
+            if spec.layout != "mxfp4":
+                return False, f"split decode reads MXFP4 experts, these are {spec.layout}"
+            if spec.max_scale_byte > MAX_SPLIT_SCALE_BYTE:
+                return False, f"a scale byte {spec.max_scale_byte} > {MAX_SPLIT_SCALE_BYTE}: its bf16 factor overflows"
+            return True, f"{spec.num_experts} MXFP4 experts {spec.hidden}x{spec.dim}, split decode launches"
         if self.name == "triton-repack":
             if spec.layout != "mxfp4":
                 return False, f"repack reads MXFP4 experts, these are {spec.layout}"
@@ -101,7 +112,8 @@ class TritonMoE:
 
 
 def moe_candidates(forced: str | None) -> list:
-    return [TritonMoE(name, forced == name) for name in ("triton-w4a8", "triton", "triton-repack")] + [ReferenceCandidate()]
+    names = ("triton-w4a8", "triton", "triton-repack", "triton-split")
+    return [TritonMoE(name, forced == name) for name in names] + [ReferenceCandidate()]
 
 
 def choose_moe(spec: MoESpec, platform: Platform, *, forced: str | None = None) -> Choice:
@@ -128,7 +140,7 @@ def moe_kernel_slots(backend: str, *, shared_backend: str = "reference") -> dict
         from mxserve.kernels.moe.experts import moe_experts_triton
         from mxserve.kernels.moe.router import route_triton
 
-        variant = "w4a8" if backend == "triton-w4a8" else "bf16"
+        variant = {"triton-w4a8": "w4a8", "triton-split": "bf16-split"}.get(backend, "bf16")
         experts_fn = partial(moe_experts_triton, variant=variant, repack_fp8=backend == "triton-repack")
         slots = {"route": route_triton, "moe_experts": experts_fn}
     if shared_backend == "triton":

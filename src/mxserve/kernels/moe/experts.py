@@ -11,6 +11,10 @@ Variants ("how the multiply runs"; all compute the same math, tolerances in test
   "bf16"  weights widened in registers to bf16 (exact), activations bf16 (fp32 as hi + lo),
   "w4a8"  FP8 tensor cores: activations as e4m3fn codes + per-128 scales (faithful numerics
           only, where the activations are FP8 values anyway), weights rescaled per 128-K block.
+  "bf16-split"  "bf16"'s numbers bit for bit (MXFP4 only, scale bytes <= 128), decode tile in
+          separate gate / up / SwiGLU / down launches of 64-feature programs with a cheaper nibble
+          decode (`_experts_split_kernel.py`); used up to 16 pairs per expert on average, the fused
+          prefill tile above. Opt-in until the H200 measures it (issue 10).
 Tile shapes depend on the number of pairs (decode: 16-row blocks; prefill: 64), never on the
 values, and a row's K order does not depend on the tile, so results are batch invariant.
 """
@@ -27,17 +31,24 @@ from mxserve.formats import QuantizedWeight, WeightLayout, mxfp4_to_fp8_block
 from mxserve.kernels.act_quant import fake_quant_fp8, quantize_fp8_block
 from mxserve.kernels.linear import ResidentWeight
 from mxserve.kernels.moe._experts_kernel import _moe_combine_kernel, _moe_down_kernel, _moe_gate_up_kernel
+from mxserve.kernels.moe._experts_split_kernel import (
+    _moe_down_split_kernel,
+    _moe_gate_up_split_kernel,
+    _moe_swiglu_kernel,
+)
 from mxserve.kernels.moe.align import align_triton
 from mxserve.kernels.moe.reference import ExpertWeights
 from mxserve.kernels.moe.router import check_device, interpreting
 
-VARIANTS = ("bf16", "w4a8")
+VARIANTS = ("bf16", "w4a8", "bf16-split")
 DECODE_MAX_PAIRS = 256  # up to this many (token, slot) pairs a launch uses 16-row blocks
 TILES = {  # (BLOCK_M, num_warps, num_stages); BLOCK_N is 128 (one FP8 activation block of h)
     "decode": (16, 4, 3),
     "prefill": (64, 8, 3),
 }
 BLOCK_N = 128
+SPLIT_BLOCK_N = 64  # one wgmma warpgroup tile: the per-element MMA sequence of the 128 tile's halves
+SPLIT_MAX_PAIRS_PER_EXPERT = 16  # "bf16-split" runs its decode kernels up to this many pairs per expert
 
 
 def packed_or_none(w: object) -> QuantizedWeight | None:
@@ -114,6 +125,10 @@ class StackedExperts:
         """Smallest UE8M0 byte: the in-register widening is exact for bytes >= 16."""
         return min(int(s.min()) for s in (self.w1_scales, self.w3_scales, self.w2_scales))
 
+    def max_scale_byte(self) -> int:
+        """Largest UE8M0 byte ("bf16-split" needs <= 128: the chooser's MAX_SPLIT_SCALE_BYTE)."""
+        return max(int(s.max()) for s in (self.w1_scales, self.w3_scales, self.w2_scales))
+
     def max_w4a8_spread(self) -> int:
         """Largest spread (max - min) of the 4 group scale bytes of one row's 128-K block: the
         W4A8 weight rescale is lossless up to 14 (6 binades of headroom + e4m3fn's 8 below 0.5)."""
@@ -175,12 +190,16 @@ def moe_experts_triton(
     if num_tokens == 0:
         return out
     num_pairs = num_tokens * top_k
+    split = variant == "bf16-split"
+    if split and st.fmt != "mxfp4":
+        raise ValueError(f"moe_experts: variant 'bf16-split' reads MXFP4 experts, these are {st.fmt}")
 
     # --- launch parameters ---------------------------------------------------------------------
     x_fp8 = variant == "w4a8"
     dot = 0 if interpreting() else (2 if x_fp8 else 1)
     w_fmt = 0 if st.fmt == "mxfp4" else 1
-    is_decode = tile == "decode" or (tile == "auto" and num_pairs <= DECODE_MAX_PAIRS)
+    max_decode_pairs = SPLIT_MAX_PAIRS_PER_EXPERT * st.num_experts if split else DECODE_MAX_PAIRS
+    is_decode = tile == "decode" or (tile == "auto" and num_pairs <= max_decode_pairs)
     block_m, num_warps, num_stages = TILES["decode" if is_decode else "prefill"]
     if interpreting():
         block_m, num_warps, num_stages = (16 if is_decode else 32), 4, 1
@@ -200,29 +219,34 @@ def moe_experts_triton(
     h = torch.empty((cap, st.hidden), dtype=h_dtype, device=x.device)
     hs = torch.empty((cap, triton.cdiv(st.hidden, 128)), dtype=torch.float32, device=x.device)
     route_w = weights.reshape(-1).float().contiguous()
-    grid = (triton.cdiv(st.hidden, BLOCK_N), cap // block_m)
-    _moe_gate_up_kernel[grid](
-        x_op, x_scales, st.w1, st.w1_scales, st.w3, st.w3_scales,
-        blocks.sorted_pair_ids, blocks.block_expert, blocks.expert_start, blocks.expert_count, route_w,
-        h, hs,
-        st.hidden, st.dim, num_pairs, top_k, float(limit),
-        x_op.stride(0), x_scales.stride(0), st.w1.stride(0), st.w1.stride(1), st.w1_scales.stride(0),
-        st.w1_scales.stride(1), h.stride(0), hs.stride(0),
-        BLOCK_M=block_m, BLOCK_N=BLOCK_N, W_FMT=w_fmt, DOT=dot, X_FP8=x_fp8, X_PIECES=x_pieces,
-        H_BF16=h_bf16, QUANT_H=quantize_inputs, H_CODES=x_fp8,
-        num_warps=num_warps, num_stages=num_stages,
-    )
-    y = torch.empty((num_pairs, st.dim), dtype=torch.float32, device=x.device)
-    h_pieces = 2 if (hidden_dtype == torch.float32 and not quantize_inputs) else 1
-    _moe_down_kernel[(triton.cdiv(st.dim, BLOCK_N), cap // block_m)](
-        h, hs, st.w2, st.w2_scales,
-        blocks.sorted_pair_ids, blocks.block_expert, blocks.expert_start, blocks.expert_count,
-        y, st.hidden, st.dim, num_pairs,
-        h.stride(0), hs.stride(0), st.w2.stride(0), st.w2.stride(1), st.w2_scales.stride(0), st.w2_scales.stride(1),
-        y.stride(0),
-        BLOCK_M=block_m, BLOCK_N=BLOCK_N, W_FMT=w_fmt, DOT=dot, X_FP8=x_fp8, X_PIECES=h_pieces,
-        num_warps=num_warps, num_stages=num_stages,
-    )
+    if split and is_decode:
+        y = _split_decode(x_op, x_pieces, st, blocks, route_w, h, hs, float(limit), num_pairs, top_k, dot,
+                          h_bf16=h_bf16, quantize_inputs=quantize_inputs, hidden_dtype=hidden_dtype,
+                          block_m=block_m, num_warps=num_warps, num_stages=num_stages)
+    else:
+        grid = (triton.cdiv(st.hidden, BLOCK_N), cap // block_m)
+        _moe_gate_up_kernel[grid](
+            x_op, x_scales, st.w1, st.w1_scales, st.w3, st.w3_scales,
+            blocks.sorted_pair_ids, blocks.block_expert, blocks.expert_start, blocks.expert_count, route_w,
+            h, hs,
+            st.hidden, st.dim, num_pairs, top_k, float(limit),
+            x_op.stride(0), x_scales.stride(0), st.w1.stride(0), st.w1.stride(1), st.w1_scales.stride(0),
+            st.w1_scales.stride(1), h.stride(0), hs.stride(0),
+            BLOCK_M=block_m, BLOCK_N=BLOCK_N, W_FMT=w_fmt, DOT=dot, X_FP8=x_fp8, X_PIECES=x_pieces,
+            H_BF16=h_bf16, QUANT_H=quantize_inputs, H_CODES=x_fp8,
+            num_warps=num_warps, num_stages=num_stages,
+        )
+        y = torch.empty((num_pairs, st.dim), dtype=torch.float32, device=x.device)
+        h_pieces = 2 if (hidden_dtype == torch.float32 and not quantize_inputs) else 1
+        _moe_down_kernel[(triton.cdiv(st.dim, BLOCK_N), cap // block_m)](
+            h, hs, st.w2, st.w2_scales,
+            blocks.sorted_pair_ids, blocks.block_expert, blocks.expert_start, blocks.expert_count,
+            y, st.hidden, st.dim, num_pairs,
+            h.stride(0), hs.stride(0), st.w2.stride(0), st.w2.stride(1), st.w2_scales.stride(0), st.w2_scales.stride(1),
+            y.stride(0),
+            BLOCK_M=block_m, BLOCK_N=BLOCK_N, W_FMT=w_fmt, DOT=dot, X_FP8=x_fp8, X_PIECES=h_pieces,
+            num_warps=num_warps, num_stages=num_stages,
+        )
     kpad = triton.next_power_of_2(top_k)
     block_d = 512
     _moe_combine_kernel[(num_tokens, triton.cdiv(st.dim, block_d))](
@@ -230,3 +254,39 @@ def moe_experts_triton(
         TOP_K=top_k, KPAD=kpad, BLOCK_D=block_d,
     )
     return out
+
+
+def _split_decode(x_op, x_pieces, st, blocks, route_w, h, hs, limit, num_pairs, top_k, dot, *, h_bf16,
+                  quantize_inputs, hidden_dtype, block_m, num_warps, num_stages) -> torch.Tensor:
+    """The "bf16-split" decode: gate and up as separate 64-feature programs into fp32 sums of the
+    valid rows, the fused kernel's epilogue on them, then down in 64-feature programs → y [pairs, D]."""
+    cap = blocks.capacity
+    gu = torch.empty((cap, 2, st.hidden), dtype=torch.float32, device=x_op.device)  # only valid rows written
+    use_asm = not interpreting()
+    row_blocks = cap // block_m
+    _moe_gate_up_split_kernel[(triton.cdiv(st.hidden, SPLIT_BLOCK_N), row_blocks, 2)](
+        x_op, st.w1, st.w1_scales, st.w3, st.w3_scales,
+        blocks.sorted_pair_ids, blocks.block_expert, blocks.expert_start, blocks.expert_count, gu,
+        st.hidden, st.dim, num_pairs, top_k,
+        x_op.stride(0), st.w1.stride(0), st.w1.stride(1), st.w1_scales.stride(0), st.w1_scales.stride(1),
+        gu.stride(0),
+        BLOCK_M=block_m, BLOCK_N=SPLIT_BLOCK_N, DOT=dot, X_PIECES=x_pieces, USE_ASM=use_asm,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    _moe_swiglu_kernel[(triton.cdiv(st.hidden, BLOCK_N), row_blocks)](
+        gu, blocks.sorted_pair_ids, blocks.block_expert, blocks.expert_start, blocks.expert_count, route_w,
+        h, hs, st.hidden, num_pairs, limit, gu.stride(0), h.stride(0), hs.stride(0),
+        BLOCK_M=block_m, BLOCK_N=BLOCK_N, H_BF16=h_bf16, QUANT_H=quantize_inputs,
+        num_warps=4,
+    )
+    y = torch.empty((num_pairs, st.dim), dtype=torch.float32, device=x_op.device)
+    h_pieces = 2 if (hidden_dtype == torch.float32 and not quantize_inputs) else 1
+    _moe_down_split_kernel[(triton.cdiv(st.dim, SPLIT_BLOCK_N), row_blocks)](
+        h, st.w2, st.w2_scales,
+        blocks.sorted_pair_ids, blocks.block_expert, blocks.expert_start, blocks.expert_count,
+        y, st.hidden, st.dim, num_pairs,
+        h.stride(0), st.w2.stride(0), st.w2.stride(1), st.w2_scales.stride(0), st.w2_scales.stride(1), y.stride(0),
+        BLOCK_M=block_m, BLOCK_N=SPLIT_BLOCK_N, DOT=dot, X_PIECES=h_pieces, USE_ASM=use_asm,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    return y
