@@ -10,7 +10,8 @@ import — and its Triton launcher is in `triton_ops.py`):
   the slot (spec §3.4.2).
 * `compressor_emit`: a compressor's emit step: per-channel fp64 softmax pooling over the state
   rows, optional BF16 rounding, RMS norm, RoPE at the window's first position, encoding, insert
-  (spec §3.4.3 and the indexer keys of §3.4.4).
+  (spec §3.4.3 and the indexer keys of §3.4.4). Two launches: the pooling streams the rows over
+  (token, channel block) programs (`compressor_pool_triton`), then the `kv_insert` kernel encodes.
 
 Every Triton kernel addresses cache bytes with the cache object's `PageLayout` numbers
 (`cache_args.CacheArgs`), restating `PageLayout.addresses` in `_cache_jit.entry_offsets`.

@@ -6,9 +6,9 @@ Vectors are held as [pairs, 2] tiles (column = 2*pair + j), so the interleaved R
 Numerics mirror the torch twins step by step so the results are bit-identical to them in
 practice: mean of squares in fp64 (as `mxserve.model.norms`), multiplies in fp32 in the same
 order, casts to the stream dtype at the same points, RoPE angle as an fp32 product with cos/sin
-taken in fp64 and rounded once (as `mxserve.model.rope`), compressor pooling softmax in fp64
-rounded once to fp32 (as `compress_pool_ref`). Launchers pass enable_fp_fusion=False so the GPU
-does not contract a*b - c*d into an FMA the twin does not do.
+taken in fp64 and rounded once (as `mxserve.model.rope`). Launchers pass enable_fp_fusion=False
+so the GPU does not contract a*b - c*d into an FMA the twin does not do. The compressor's pooling
+is its own kernel (`_compressor_pool_kernel`); its pooled rows are inserted by `_kv_insert_kernel`.
 """
 
 from __future__ import annotations
@@ -118,54 +118,12 @@ def _kv_insert_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_P: tl.constexpr, ROPE_PAIRS: tl.constexpr, OUT_BF16: tl.constexpr,
     MODE: tl.constexpr, DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr,
 ):
-    """Window KV of token t: kv_norm + RoPE + encode + insert at slot[t] (-1: nothing written)."""
+    """Row t (window KV, or a pooled compressor entry): norm + RoPE + encode + insert at slot[t];
+    slot -1 (a padding lane, a token that completes no entry) returns at once, nothing written."""
     t = tl.program_id(0)
-    cols = 2 * tl.arange(0, BLOCK_P)[:, None] + tl.arange(0, 2)[None, :]
-    x = tl.load(x_ptr + t * stride_xt + cols, mask=cols < HEAD_DIM, other=0.0).to(tl.float32)
-    _norm_rope_store(x, w_ptr, tl.load(pos_ptr + t), inv_freq_ptr, buf, tl.load(slot_ptr + t), block_size, stride,
-                     eps, HEAD_DIM, BLOCK_P, ROPE_PAIRS, OUT_BF16, MODE, DATA_BYTES, SCALE_BYTES)
-
-
-@triton.jit
-def _compressor_emit_kernel(
-    state_ptr, row_slots_ptr, entry_slot_ptr, entry_pos_ptr, w_ptr, inv_freq_ptr, buf,
-    state_block_size, state_row_stride_words, state_page_words, block_size, stride, eps,
-    R: tl.constexpr, M: tl.constexpr, OVERLAP: tl.constexpr, WIDTH: tl.constexpr, BLOCK_R: tl.constexpr,
-    HEAD_DIM: tl.constexpr, BLOCK_P: tl.constexpr, ROPE_PAIRS: tl.constexpr, ROUND_POOLED_BF16: tl.constexpr,
-    OUT_BF16: tl.constexpr, MODE: tl.constexpr, DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr,
-):
-    """Emit the entry completed by token t (entry_slot[t] >= 0), else do nothing.
-
-    State rows are fp32 `[a (WIDTH) | z + ape (WIDTH)]` read as words: row(slot) starts at
-    block * page_words + pos * row_words. Overlap (CSA): rows r < M use the A half (channels
-    0..d-1) of the previous window, rows r >= M the B half (d..2d-1) of the current one.
-    """
-    t = tl.program_id(0)
-    slot = tl.load(entry_slot_ptr + t)
+    slot = tl.load(slot_ptr + t)
     if slot >= 0:
-        rr = tl.arange(0, BLOCK_R)
-        rs = tl.load(row_slots_ptr + t * R + rr, mask=rr < R, other=-1).to(tl.int64)
-        present = rs >= 0
-        sb = tl.maximum(rs, 0) // state_block_size
-        row_base = sb * state_page_words + (tl.maximum(rs, 0) - sb * state_block_size) * state_row_stride_words
-        cols = 2 * tl.arange(0, BLOCK_P)[:, None] + tl.arange(0, 2)[None, :]  # [P, 2]
-        cm = cols < HEAD_DIM
-        if OVERLAP:
-            half = tl.where(rr >= M, HEAD_DIM, 0)
-        else:
-            half = rr * 0
-        # [BLOCK_R, P, 2] value and logit tiles, fp64 math (softmax per channel over the rows)
-        off = row_base[:, None, None] + half[:, None, None] + cols[None, :, :]
-        lm = present[:, None, None] & cm[None, :, :]
-        a = tl.load(state_ptr + off, mask=lm, other=0.0).to(tl.float64)
-        z = tl.load(state_ptr + off + WIDTH, mask=lm, other=float("-inf")).to(tl.float64)
-        zmax = tl.max(z, axis=0)
-        e = tl.exp(z - zmax[None, :, :])
-        weights = e / tl.sum(e, axis=0)[None, :, :]  # softmax first, then the weighted sum (as the twin)
-        pooled = tl.sum(weights * a, axis=0).to(tl.float32)
-        pooled = tl.where(cm, pooled, 0.0)
-        if ROUND_POOLED_BF16:
-            pooled = round_bf16(pooled)
-        x = _round_to(pooled, OUT_BF16)
-        _norm_rope_store(x, w_ptr, tl.load(entry_pos_ptr + t), inv_freq_ptr, buf, slot, block_size, stride, eps,
-                         HEAD_DIM, BLOCK_P, ROPE_PAIRS, OUT_BF16, MODE, DATA_BYTES, SCALE_BYTES)
+        cols = 2 * tl.arange(0, BLOCK_P)[:, None] + tl.arange(0, 2)[None, :]
+        x = tl.load(x_ptr + t * stride_xt + cols, mask=cols < HEAD_DIM, other=0.0).to(tl.float32)
+        _norm_rope_store(x, w_ptr, tl.load(pos_ptr + t), inv_freq_ptr, buf, slot, block_size, stride,
+                         eps, HEAD_DIM, BLOCK_P, ROPE_PAIRS, OUT_BF16, MODE, DATA_BYTES, SCALE_BYTES)

@@ -12,16 +12,18 @@ import os
 import torch
 import triton
 
-from mxserve.kernels.attention_ops._norm_rope_kernels import (
-    _compressor_emit_kernel,
-    _head_norm_rope_kernel,
-    _kv_insert_kernel,
-)
+from mxserve.kernels.attention_ops._compressor_pool_kernel import _compressor_pool_kernel
+from mxserve.kernels.attention_ops._norm_rope_kernels import _head_norm_rope_kernel, _kv_insert_kernel
 from mxserve.kernels.attention_ops.cache_args import EntryMode, cache_args
 from mxserve.kernels.cache import CompressorStateCache, PagedCache
 from mxserve.kernels.cache._bytes import check_unique_slots
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16)
+
+# compressor pooling tile: rows streamed per step x channels per program (fp64: 16 x 64 is 8 values
+# per thread of 4 warps for each of the value and logit tiles)
+POOL_CHUNK_ROWS = 16
+POOL_BLOCK_C = 64
 
 
 def interpreting() -> bool:
@@ -105,6 +107,43 @@ def kv_insert_triton(kv: torch.Tensor, weight: torch.Tensor, eps: float, positio
     )
 
 
+def compressor_pool_triton(
+    state_cache: CompressorStateCache, row_slots: torch.Tensor, entry_slots: torch.Tensor, *, ratio: int,
+    overlap: bool, head_dim: int, round_to_bf16: bool,
+) -> torch.Tensor:
+    """Step 1 of the emit: per token t with entry_slots[t] >= 0, the fp32 softmax pooling of its R
+    state rows (row_slots[t], −1 = absent), BF16-rounded if asked: pooled [T, head_dim] fp32.
+    Rows of tokens with entry_slots[t] < 0 are left unwritten (uninitialised memory): no host sync
+    picks the emitting tokens, their programs just return. R = 2*ratio (overlap) or ratio."""
+    width = (2 if overlap else 1) * head_dim
+    rows_r = (2 if overlap else 1) * ratio
+    n = entry_slots.shape[0]
+    if entry_slots.shape != (n,) or entry_slots.dtype != torch.int64:
+        raise ValueError(f"compressor_pool: entry_slots must be int64 [T], got {entry_slots.dtype} "
+                         f"{tuple(entry_slots.shape)}")
+    if state_cache.row_width != 2 * width:
+        raise ValueError(f"compressor_pool: state rows are {state_cache.row_width} wide, need 2*{width}")
+    if row_slots.shape != (n, rows_r) or row_slots.dtype != torch.int64:
+        raise ValueError(f"compressor_pool: row_slots must be int64 [{n}, {rows_r}], got "
+                         f"{row_slots.dtype} {tuple(row_slots.shape)}")
+    if state_cache.block_stride_bytes % 4:
+        raise ValueError(f"compressor_pool: state page stride {state_cache.block_stride_bytes} is not a multiple of 4")
+    state_cache.layout.check_slots(row_slots)
+    pooled = torch.empty(n, head_dim, device=row_slots.device, dtype=torch.float32)
+    if n == 0:
+        return pooled
+    # -- launch parameters: the working set is CHUNK_R x BLOCK_C fp64 per program, whatever R is
+    chunk_r = min(triton.next_power_of_2(rows_r), POOL_CHUNK_ROWS)
+    block_c = min(triton.next_power_of_2(head_dim), POOL_BLOCK_C)
+    _compressor_pool_kernel[(n, triton.cdiv(head_dim, block_c))](
+        state_cache.buffer.view(torch.float32), row_slots.contiguous(), entry_slots, pooled,
+        state_cache.block_size, state_cache.row_width, state_cache.block_stride_bytes // 4,
+        R=rows_r, M=ratio, OVERLAP=overlap, WIDTH=width, HEAD_DIM=head_dim, CHUNK_R=chunk_r, BLOCK_C=block_c,
+        ROUND_BF16=round_to_bf16, **_launch_opts(),
+    )
+    return pooled
+
+
 def compressor_emit_triton(
     state_cache: CompressorStateCache, row_slots: torch.Tensor, entry_slots: torch.Tensor,
     entry_positions: torch.Tensor, *, ratio: int, overlap: bool, norm_weight: torch.Tensor, eps: float,
@@ -112,36 +151,35 @@ def compressor_emit_triton(
 ) -> None:
     """Emit compressed entries: per token t with entry_slots[t] >= 0, pool its R state rows
     (row_slots[t], −1 = absent), bf16-round (if asked), cast to out_dtype, RMS-norm, RoPE at
-    entry_positions[t], encode and insert at entry_slots[t]. R = 2*ratio (overlap) or ratio."""
+    entry_positions[t], encode and insert at entry_slots[t]. R = 2*ratio (overlap) or ratio.
+
+    Two launches (issue 11): the pooling over (token, channel block) programs streaming the rows,
+    then the window-KV insert kernel on the pooled rows; tokens that emit nothing return at once
+    in both, and nothing here reads a device value on the host (it runs inside the decode graph).
+    """
     args = cache_args(entry_cache)
-    d = args.head_dim
-    width = (2 if overlap else 1) * d
-    rows_r = (2 if overlap else 1) * ratio
     n = entry_slots.shape[0]
-    if state_cache.row_width != 2 * width:
-        raise ValueError(f"compressor_emit: state rows are {state_cache.row_width} wide, need 2*{width}")
-    if row_slots.shape != (n, rows_r) or row_slots.dtype != torch.int64:
-        raise ValueError(f"compressor_emit: row_slots must be int64 [{n}, {rows_r}], got "
-                         f"{row_slots.dtype} {tuple(row_slots.shape)}")
     if entry_positions.shape != (n,) or entry_positions.dtype != torch.int64:
         raise ValueError(f"compressor_emit: entry_positions must be int64 [{n}], got {tuple(entry_positions.shape)}")
     if out_dtype not in _FLOAT_DTYPES:
         raise ValueError(f"compressor_emit: out_dtype must be fp32 or bf16, got {out_dtype}")
-    if state_cache.block_stride_bytes % 4:
-        raise ValueError(f"compressor_emit: state page stride {state_cache.block_stride_bytes} is not a multiple of 4")
-    state_cache.layout.check_slots(row_slots)
     _check_slots(entry_cache, entry_slots, n, "compressor_emit")
-    if args.mode is EntryMode.DS_MLA and d != 512:
-        raise ValueError(f"compressor_emit: fp8_ds_mla entries are 512-dim, got {d}")
+    if args.mode is EntryMode.DS_MLA and args.head_dim != 512:
+        raise ValueError(f"compressor_emit: fp8_ds_mla entries are 512-dim, got {args.head_dim}")
+    # Pooled rows already hold the stream dtype's values: BF16-rounded when either rounding applies
+    # (the twin's bf16 round then cast to out_dtype; rounding to BF16 twice is rounding once).
+    round_to_bf16 = round_pooled_to_bf16 or out_dtype == torch.bfloat16
+    pooled = compressor_pool_triton(state_cache, row_slots, entry_slots, ratio=ratio, overlap=overlap,
+                                    head_dim=args.head_dim, round_to_bf16=round_to_bf16)
     if n == 0:
         return
-    _compressor_emit_kernel[(n,)](
-        state_cache.buffer.view(torch.float32), row_slots.contiguous(), entry_slots, entry_positions,
-        norm_weight.contiguous(), inv_freq.to(device=row_slots.device, dtype=torch.float32).contiguous(),
-        args.buffer, state_cache.block_size, state_cache.row_width, state_cache.block_stride_bytes // 4,
-        args.block_size, args.stride, eps,
-        R=rows_r, M=ratio, OVERLAP=overlap, WIDTH=width, BLOCK_R=triton.next_power_of_2(rows_r),
-        HEAD_DIM=d, BLOCK_P=_block_pairs(d), ROPE_PAIRS=inv_freq.numel(),
-        ROUND_POOLED_BF16=round_pooled_to_bf16, OUT_BF16=out_dtype == torch.bfloat16, MODE=int(args.mode),
-        DATA_BYTES=args.data_bytes, SCALE_BYTES=args.scale_bytes, **_launch_opts(),
+    # RMS norm, RoPE at the window's first position, encode, insert; it skips the slot −1 rows, so
+    # the unwritten pooled rows are never read.
+    _kv_insert_kernel[(n,)](
+        pooled, norm_weight.contiguous(), entry_positions, entry_slots,
+        inv_freq.to(device=row_slots.device, dtype=torch.float32).contiguous(), args.buffer, args.block_size,
+        args.stride, pooled.stride(0), eps,
+        HEAD_DIM=args.head_dim, BLOCK_P=_block_pairs(args.head_dim), ROPE_PAIRS=inv_freq.numel(),
+        OUT_BF16=out_dtype == torch.bfloat16, MODE=int(args.mode), DATA_BYTES=args.data_bytes,
+        SCALE_BYTES=args.scale_bytes, **_launch_opts(),
     )
