@@ -23,9 +23,8 @@ _DTYPES = {"BF16": torch.bfloat16, "F32": torch.float32, "I64": torch.int64}
 
 
 def with_dspark(config: ModelConfig, spec: DSparkConfig) -> ModelConfig:
-    """`config` (a preview/plain layout) turned into the 0731 layout with draft `spec`."""
-    if config.dspark is not None:
-        raise ValueError("the model already has a DSpark draft; train from the plain target checkpoint")
+    """`config` turned into the 0731 layout with draft `spec`. A draft `config` already has (the
+    packaged default model ships one) is replaced: only the target's layers are kept."""
     ratios = tuple(config.compress_ratios[: config.num_hidden_layers]) + (0,) * spec.num_stages
     return dataclasses.replace(config, compress_ratios=ratios, dspark=spec)
 
