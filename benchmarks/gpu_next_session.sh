@@ -3,9 +3,12 @@
 # run yet, correctness first (in parallel: compile-bound), then timing alone on the GPU.
 #   git archive HEAD -- src benchmarks tests tools pyproject.toml ':!src/mxserve/default_model' | gzip > .tc/head.tgz
 #   git rev-parse --short HEAD > .tc/head.rev      (and the last call's triton_cache.tgz.* in .tc/)
-#   run(command="bash benchmarks/gpu_next_session.sh", timeout_s=600, carry=[".tc", ".whl"])
-# .whl/ holds transformers 5.24 (+ regex) for the transformers comparison, installed only if the
-# image's transformers has no DeepSeek-V4. Returns results.tgz and the Triton cache again.
+#   run(command="bash benchmarks/gpu_next_session.sh", timeout_s=600, carry=[".tc",
+#       ".whl/transformers-5.24.0-py3-none-any.whl",
+#       ".whl/regex-2026.1.15-cp312-cp312-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl"])
+# (name the two wheels, not .whl/: the tree is 37 MB with the draft, .tc ~12 MB, and a call carries
+# 64 MiB in all). They are installed only if the image's transformers has no DeepSeek-V4.
+# Returns results.tgz and the Triton cache again.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.triton_cache TRITON_STORE_BINARY_ONLY=1
 OUT=${OUT:-/tmp/gpu_out}; R=$OUT/results; mkdir -p "$R" "$TRITON_CACHE_DIR"
