@@ -12,6 +12,7 @@ per sequence chunk, because each sequence has its own block tables and causal se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -138,22 +139,14 @@ def _attend_chunk(
     w: AttentionWeights, ctx: LayerContext, caches: LayerCaches, state: ModelCacheState,
     observer: ForwardObserver | None,
 ) -> torch.Tensor:
-    cfg, policy, seq = ctx.config, ctx.policy, chunk.seq_id
+    cfg, seq = ctx.config, chunk.seq_id
     window = torch.arange(-cfg.sliding_window + 1, 1, device=positions.device)
     window_slots = state.slots(Pool.WINDOW, seq, positions[:, None] + window[None, :])  # [T, W]
     sources = [(caches.window, window_slots)]
 
     if ctx.kind is not AttentionKind.SLIDING:
-        csa = ctx.kind is AttentionKind.CSA
-        ratio = cfg.compress_rate_csa if csa else cfg.compress_rate_hca
-        entry_pool, state_pool = (Pool.CSA, Pool.CSA_STATE) if csa else (Pool.HCA, Pool.HCA_STATE)
-        compressor_step(
-            x, positions, w.compressor, CompressorSpec(ratio, overlap=csa, dim=cfg.head_dim),
-            state_cache=caches.state, state_slots_of=lambda p: state.slots(state_pool, seq, p),
-            entry_cache=caches.compressed, entry_slots_of=lambda s: state.slots(entry_pool, seq, s),
-            inv_freq=ctx.inv_freq, rms_eps=cfg.rms_norm_eps, out_dtype=policy.stream_dtype,
-            round_pooled_to_bf16=policy.round_compressed_to_bf16, kernels=ctx.kernels,
-        )
+        csa, ratio, entry_pool = main_compressor_step(x, positions, w, ctx, caches,
+                                                      lambda pool, idx: state.slots(pool, seq, idx))
         visible = torch.div(positions + 1, ratio, rounding_mode="floor")  # entries s < visible[t]
         if csa:
             entry_ids = _indexer_select(chunk, positions, x, indexer_q, indexer_w, visible, w, ctx, caches, state,
@@ -172,6 +165,27 @@ def _attend_chunk(
             observer.on_attention_values(ctx.layer_id, seq, site_names[name], values)
 
     return ctx.kernels.sparse_attention(q, sources, w.sink, cfg.head_dim**-0.5, inspect=inspect)
+
+
+def main_compressor_step(
+    x: torch.Tensor, positions: torch.Tensor, w: AttentionWeights, ctx: LayerContext, caches: LayerCaches,
+    slots_of: Callable[[Pool, torch.Tensor], torch.Tensor],
+) -> tuple[bool, int, Pool]:
+    """The layer's own (CSA or HCA) compressor over these rows; `slots_of(pool, indices)` maps a
+    row's positions/entries to cache slots (one sequence's tables, or each decode row's own).
+    Returns (is CSA, compression ratio, the pool its entries live in)."""
+    cfg, policy = ctx.config, ctx.policy
+    csa = ctx.kind is AttentionKind.CSA
+    ratio = cfg.compress_rate_csa if csa else cfg.compress_rate_hca
+    entry_pool, state_pool = (Pool.CSA, Pool.CSA_STATE) if csa else (Pool.HCA, Pool.HCA_STATE)
+    compressor_step(
+        x, positions, w.compressor, CompressorSpec(ratio, overlap=csa, dim=cfg.head_dim),
+        state_cache=caches.state, state_slots_of=lambda p: slots_of(state_pool, p),
+        entry_cache=caches.compressed, entry_slots_of=lambda s: slots_of(entry_pool, s),
+        inv_freq=ctx.inv_freq, rms_eps=cfg.rms_norm_eps, out_dtype=policy.stream_dtype,
+        round_pooled_to_bf16=policy.round_compressed_to_bf16, kernels=ctx.kernels,
+    )
+    return csa, ratio, entry_pool
 
 
 def _indexer_select(

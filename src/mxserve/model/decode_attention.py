@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from mxserve.config import AttentionKind
-from mxserve.model.attention import AttentionWeights, LayerContext, project_inputs
+from mxserve.model.attention import AttentionWeights, LayerContext, main_compressor_step, project_inputs
 from mxserve.model.compressor import CompressorSpec, compressor_step
 from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry, paged_slots
 from mxserve.model.kv_state import LayerCaches, Pool
@@ -46,16 +46,7 @@ def decode_attention_heads(
     sources = [(caches.window, slots_of(Pool.WINDOW, positions[:, None] + window[None, :]))]  # [B, W]
 
     if ctx.kind is not AttentionKind.SLIDING:
-        csa = ctx.kind is AttentionKind.CSA
-        ratio = cfg.compress_rate_csa if csa else cfg.compress_rate_hca
-        entry_pool, state_pool = (Pool.CSA, Pool.CSA_STATE) if csa else (Pool.HCA, Pool.HCA_STATE)
-        compressor_step(
-            x, positions, w.compressor, CompressorSpec(ratio, overlap=csa, dim=cfg.head_dim),
-            state_cache=caches.state, state_slots_of=lambda p: slots_of(state_pool, p),
-            entry_cache=caches.compressed, entry_slots_of=lambda s: slots_of(entry_pool, s),
-            inv_freq=ctx.inv_freq, rms_eps=cfg.rms_norm_eps, out_dtype=policy.stream_dtype,
-            round_pooled_to_bf16=policy.round_compressed_to_bf16, kernels=kernels,
-        )
+        csa, ratio, entry_pool = main_compressor_step(x, positions, w, ctx, caches, slots_of)
         visible = torch.div(positions + 1, ratio, rounding_mode="floor")  # [B]: entries s < visible[b]
         if csa:
             entry_ids = _decode_indexer_select(x, positions, indexer_q, indexer_w, visible, w, ctx, caches,
