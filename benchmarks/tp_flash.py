@@ -55,9 +55,8 @@ import torch  # noqa: E402
 
 from mxserve.config import ModelConfig  # noqa: E402
 from mxserve.distributed import ParallelConfig, ShardingPlan  # noqa: E402
-from mxserve.distributed.shards import planned_rank_nbytes  # noqa: E402
+from mxserve.distributed.shards import linear_shard_nbytes, planned_rank_nbytes  # noqa: E402
 from mxserve.model.checkpoint import build_inventory  # noqa: E402
-from mxserve.model.checkpoint.inventory import MXFP4_GROUP, ReleaseFormat  # noqa: E402
 from mxserve.model.checkpoint.manifest import MANIFEST_NAME  # noqa: E402
 from mxserve.testing.tiny_configs import get_config  # noqa: E402
 
@@ -128,15 +127,8 @@ def routed_expert_nbytes(config: ModelConfig, plan: ShardingPlan, rank: int) -> 
         if ".experts." not in prefix or prefix.startswith("mtp."):
             continue
         shard = plan.shard(prefix, rank)
-        if shard is None:
-            continue
-        r0, r1 = shard.rows or (0, spec.out_features)
-        c0, c1 = shard.cols or (0, spec.in_features)
-        rows, cols = r1 - r0, c1 - c0
-        if spec.release_format is ReleaseFormat.MXFP4:
-            total += rows * (cols // 2) + rows * (cols // MXFP4_GROUP)
-        else:
-            total += rows * cols + -(-rows // spec.block[0]) * -(-cols // spec.block[1])
+        if shard is not None:
+            total += linear_shard_nbytes(spec, shard)
     return total
 
 

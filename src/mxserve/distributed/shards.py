@@ -105,6 +105,18 @@ def weight_nbytes(weights: dict[str, Weight]) -> int:
     return total
 
 
+def linear_shard_nbytes(spec, shard) -> int:
+    """Stored bytes of one rank's shard of a linear in its release format (codes + scales; BF16 2 B)."""
+    r0, r1 = shard.rows or (0, spec.out_features)
+    c0, c1 = shard.cols or (0, spec.in_features)
+    rows, cols = r1 - r0, c1 - c0
+    if spec.release_format is ReleaseFormat.FP8_BLOCK:
+        return rows * cols + math.ceil(rows / spec.block[0]) * math.ceil(cols / spec.block[1])
+    if spec.release_format is ReleaseFormat.MXFP4:
+        return rows * math.ceil(cols / 2) + rows * math.ceil(cols / MXFP4_GROUP)
+    return rows * cols * 2
+
+
 def planned_rank_nbytes(inventory: Inventory, plan: ShardingPlan, rank: int) -> int:
     """`weight_nbytes(load_rank_weights(...))` from the config alone (no checkpoint needed), for the
     release formats: lets a user see the per-rank share of a model too large to load here."""
@@ -113,17 +125,8 @@ def planned_rank_nbytes(inventory: Inventory, plan: ShardingPlan, rank: int) -> 
         if prefix.startswith(_MAIN_MODEL_ONLY):
             continue
         shard = plan.shard(prefix, rank)
-        if shard is None:
-            continue
-        r0, r1 = shard.rows or (0, spec.out_features)
-        c0, c1 = shard.cols or (0, spec.in_features)
-        rows, cols = r1 - r0, c1 - c0
-        if spec.release_format is ReleaseFormat.FP8_BLOCK:
-            total += rows * cols + math.ceil(rows / spec.block[0]) * math.ceil(cols / spec.block[1])
-        elif spec.release_format is ReleaseFormat.MXFP4:
-            total += rows * math.ceil(cols / 2) + rows * math.ceil(cols / MXFP4_GROUP)
-        else:
-            total += rows * cols * 2
+        if shard is not None:
+            total += linear_shard_nbytes(spec, shard)
     element = {"BF16": 2, "F32": 4, "I64": 8}
     for name, tensor in inventory.tensors.items():
         if name.startswith(_MAIN_MODEL_ONLY):
