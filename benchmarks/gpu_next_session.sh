@@ -23,10 +23,10 @@ ALL=linear=triton,moe=triton,attention=triton
 stamp() { echo; echo "=== $1 ($(date -u +%H:%M:%S))"; }
 
 stamp "A: GPU tests + whole-model parity, in parallel"
-timeout -s INT 220 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/kernels/moe tests/kernels/attention_ops \
+timeout -s INT 200 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/kernels/moe tests/kernels/attention_ops \
     tests/engine/test_cuda_graphs.py tests/speculative tests/kernels/act_quant > "$R/gpu_tests.log" 2>&1 &
 P1=$!
-timeout -s INT 220 python3 benchmarks/model_parity.py --prompts 8 --num-new 256 --out "$R/model_parity.json" \
+timeout -s INT 200 python3 benchmarks/model_parity.py --prompts 8 --num-new 256 --out "$R/model_parity.json" \
     > "$R/model_parity.log" 2>&1 &
 P2=$!
 wait $P1 $P2
@@ -34,22 +34,22 @@ grep -E "^(FAILED|ERROR)|passed|failed" "$R/gpu_tests.log" | tail -n 12
 tail -n 10 "$R/model_parity.log"
 
 stamp "B1: MoE, fused vs split decode"
-timeout -s INT 90 python3 benchmarks/moe.py --variants bf16 bf16-split --tokens 1 4 16 64 256 --skip invariance \
+timeout -s INT 80 python3 benchmarks/moe.py --variants bf16 bf16-split --tokens 1 4 16 64 256 --skip invariance \
     --out "$R/moe_split.json" > "$R/moe_split.log" 2>&1
 grep -v '^{' "$R/moe_split.log" | tail -c 2500
 
 stamp "B2: attention kernels (graph replay)"
-timeout -s INT 90 python3 benchmarks/attention.py --skip parity model --out "$R/attn.json" > "$R/attn.log" 2>&1
+timeout -s INT 80 python3 benchmarks/attention.py --skip parity model --out "$R/attn.json" > "$R/attn.log" 2>&1
 grep -v '^{' "$R/attn.log" | tail -c 3000
 
-stamp "B3: default model vs transformers generate"
-timeout -s INT 80 python3 benchmarks/e2e_vs_transformers.py --out "$R/e2e.json" > "$R/e2e.log" 2>&1
-tail -n 6 "$R/e2e.log"
-
 stamp "B4: Flash layers (projection)"
-timeout -s INT 150 python3 -m mxserve.cli.main bench layers --config flash --layers 2 --kernels "$ALL" \
-    --time-budget 100 --out "$R/layers.json" > "$R/layers.log" 2>&1
+timeout -s INT 140 python3 -m mxserve.cli.main bench layers --config flash --layers 2 --kernels "$ALL" \
+    --time-budget 90 --out "$R/layers.json" > "$R/layers.log" 2>&1
 tail -n 30 "$R/layers.log"
+
+stamp "B3: default model vs transformers generate"
+timeout -s INT 50 python3 benchmarks/e2e_vs_transformers.py --out "$R/e2e.json" > "$R/e2e.log" 2>&1
+tail -n 6 "$R/e2e.log"
 
 tar -C "$OUT" -czf "$OUT/results.tgz" results && rm -rf "$R"
 tar -czf - .triton_cache | split -b 15m - "$OUT/triton_cache.tgz."

@@ -23,9 +23,11 @@ KERNEL_BACKENDS: dict[str, tuple[str, ...]] = {
     # mxserve.kernels.chooser; off unless forced until it passes the issue-9 gates
     "linear": ("reference", "reference-resident", "triton"),
     # MoE block per layer (mxserve.kernels.moe.chooser): router + grouped MXFP4 experts widened to
-    # bf16 ("triton"), FP8 activations on FP8 tensor cores ("triton-w4a8", faithful, sm_89+), or
-    # experts repacked MXFP4 -> FP8 block at first use ("triton-repack"); off unless forced (issue 10)
-    "moe": ("reference", "triton", "triton-w4a8", "triton-repack"),
+    # bf16 ("triton": split decode launches where they apply; "triton-fused": the fused kernel at
+    # every size, the same bits), FP8 activations on FP8 tensor cores ("triton-w4a8", faithful,
+    # sm_89+), or experts repacked MXFP4 -> FP8 block at first use ("triton-repack"); off unless
+    # forced (issue 10)
+    "moe": ("reference", "triton", "triton-fused", "triton-w4a8", "triton-repack"),
     # every fused attention op at once (mxserve.kernels.attention_chooser: q RMS + RoPE, window-KV
     # insert, compressor emit, indexer scores, top-k, sparse attention); off unless forced (issue 11)
     "attention": ("reference", "triton"),

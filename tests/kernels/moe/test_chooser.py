@@ -74,3 +74,6 @@ def test_split_decode_backend():
     assert "overflows" in choose_moe(_spec(max_scale_byte=129), H200, forced="triton-split").reason
     assert "MXFP4" in choose_moe(_spec(layout="fp8_block"), H200, forced="triton-split").reason
     assert moe_kernel_slots("triton-split")["moe_experts"].keywords["variant"] == "bf16-split"
+    assert moe_kernel_slots("triton")["moe_experts"].keywords["variant"] == "bf16"  # split decode where it applies
+    assert moe_kernel_slots("triton-fused")["moe_experts"].keywords["variant"] == "bf16-fused"  # the off switch
+    assert choose_moe(_spec(), H200, forced="triton-fused").backend == "triton-fused"

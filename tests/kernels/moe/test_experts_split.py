@@ -17,7 +17,7 @@ from mxserve.kernels.moe.chooser import MoESpec
 def _both(x, ids, w, mode, experts=EXPERTS, **kw):
     x_dtype, qi, hd, _, _ = MODES[mode]
     args = dict(backend="triton", limit=10.0, quantize_inputs=qi, hidden_dtype=hd, **kw)
-    fused = moe_experts(x.to(x_dtype), ids, w, experts, variant="bf16", **args)
+    fused = moe_experts(x.to(x_dtype), ids, w, experts, variant="bf16-fused", **args)
     split = moe_experts(x.to(x_dtype), ids, w, experts, variant="bf16-split", **args)
     return fused, split
 
@@ -95,6 +95,28 @@ def test_ptx_bit_arithmetic_matches_the_interpreter_form():
     codes = torch.arange(16)
     vals = (form(codes, 0).to(torch.int32) << 16).view(torch.float32).double()
     assert torch.equal(vals, e2m1 * 2.0 ** -126) and torch.equal(torch.signbit(vals), torch.signbit(e2m1))
+
+
+def test_bf16_takes_the_split_decode_where_it_applies():
+    """Variant "bf16" runs the split decode on MXFP4 experts with scale bytes <= 128 (the same bits
+    as "bf16-fused"), and the fused kernel where a byte is larger; "bf16-fused" is the off switch."""
+    from mxserve.kernels.moe.experts import stacked_for
+
+    x, ids, w = _routing(5, seed=6)
+    assert stacked_for(EXPERTS).takes_split_decode
+    fused, split = _both(x, ids, w, "faithful")
+    auto = moe_experts(x.bfloat16(), ids, w, EXPERTS, variant="bf16", backend="triton", limit=10.0,
+                       quantize_inputs=True, hidden_dtype=torch.bfloat16)
+    _assert_equal(fused, auto)
+    _assert_equal(split, auto)
+    big = _experts(seed=12)
+    big[1].w2.scales[0, 0] = 129
+    assert not stacked_for(big).takes_split_decode
+    args = dict(backend="triton", limit=10.0, quantize_inputs=False)
+    auto_big = moe_experts(x, ids, w, big, variant="bf16", **args)
+    _assert_equal(moe_experts(x, ids, w, big, variant="bf16-fused", **args), auto_big)
+    with pytest.raises(ValueError, match="129 > 128"):
+        moe_experts(x, ids, w, big, variant="bf16-split", **args)
 
 
 def test_refuses_fp8_block_experts():

@@ -14,7 +14,11 @@ Variants ("how the multiply runs"; all compute the same math, tolerances in test
   "bf16-split"  "bf16"'s numbers bit for bit (MXFP4 only, scale bytes <= 128), decode tile in
           separate gate / up / SwiGLU / down launches of 64-feature programs with a cheaper nibble
           decode (`_experts_split_kernel.py`); used up to 16 pairs per expert on average, the fused
-          prefill tile above. Opt-in until the H200 measures it (issue 10).
+          prefill tile above. "bf16" takes this decode by itself wherever it applies: on the H200
+          (2026-12-01) it ran 1 token in 76 us against the fused kernel's 225, 64 tokens in 1.6 ms
+          against 17.6 (docs/benchmarks.md, MoE).
+  "bf16-fused"  "bf16" with the split decode off (the fused gate/up+SwiGLU kernel at every size):
+          the off switch, and the baseline the benchmark times the split decode against.
 Tile shapes depend on the number of pairs (decode: 16-row blocks; prefill: 64), never on the
 values, and a row's K order does not depend on the tile, so results are batch invariant.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import triton
@@ -37,10 +42,11 @@ from mxserve.kernels.moe._experts_split_kernel import (
     _moe_swiglu_kernel,
 )
 from mxserve.kernels.moe.align import align_triton
+from mxserve.kernels.moe.chooser import MAX_SPLIT_SCALE_BYTE
 from mxserve.kernels.moe.reference import ExpertWeights
 from mxserve.kernels.moe.router import check_device, interpreting
 
-VARIANTS = ("bf16", "w4a8", "bf16-split")
+VARIANTS = ("bf16", "bf16-fused", "w4a8", "bf16-split")
 DECODE_MAX_PAIRS = 256  # up to this many (token, slot) pairs a launch uses 16-row blocks
 TILES = {  # (BLOCK_M, num_warps, num_stages); BLOCK_N is 128 (one FP8 activation block of h)
     "decode": (16, 4, 3),
@@ -129,6 +135,12 @@ class StackedExperts:
         """Largest UE8M0 byte ("bf16-split" needs <= 128: the chooser's MAX_SPLIT_SCALE_BYTE)."""
         return max(int(s.max()) for s in (self.w1_scales, self.w3_scales, self.w2_scales))
 
+    @cached_property
+    def takes_split_decode(self) -> bool:
+        """Whether variant "bf16" runs the split decode on these experts (MXFP4, scale bytes <=
+        128). Computed once (a device reduction, so a host sync): `stacked_for` asks it at stacking."""
+        return self.fmt == "mxfp4" and self.max_scale_byte() <= MAX_SPLIT_SCALE_BYTE
+
     def max_w4a8_spread(self) -> int:
         """Largest spread (max - min) of the 4 group scale bytes of one row's 128-K block: the
         W4A8 weight rescale is lossless up to 14 (6 binades of headroom + e4m3fn's 8 below 0.5)."""
@@ -150,6 +162,7 @@ def stacked_for(experts: Sequence[ExpertWeights] | StackedExperts, *, repack_fp8
     if hit is None or hit[0] is not experts or (hit[1].fmt == "fp8_block") != repack_fp8:
         hit = (experts, StackedExperts.of(experts, repack_fp8=repack_fp8))
         _stacked[key] = hit
+        hit[1].takes_split_decode  # noqa: B018 -- its one host sync happens here, not in a captured step
     return hit[1]
 
 
@@ -190,9 +203,12 @@ def moe_experts_triton(
     if num_tokens == 0:
         return out
     num_pairs = num_tokens * top_k
-    split = variant == "bf16-split"
-    if split and st.fmt != "mxfp4":
+    split = variant == "bf16-split" or (variant == "bf16" and st.takes_split_decode)
+    if variant == "bf16-split" and st.fmt != "mxfp4":
         raise ValueError(f"moe_experts: variant 'bf16-split' reads MXFP4 experts, these are {st.fmt}")
+    if variant == "bf16-split" and not st.takes_split_decode:
+        raise ValueError(f"moe_experts: variant 'bf16-split' needs scale bytes <= {MAX_SPLIT_SCALE_BYTE}, these reach "
+                         f"{st.max_scale_byte()} > {MAX_SPLIT_SCALE_BYTE} (its bf16 factor would overflow)")
 
     # --- launch parameters ---------------------------------------------------------------------
     x_fp8 = variant == "w4a8"
