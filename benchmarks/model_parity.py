@@ -28,7 +28,6 @@ from mxserve import LLM, SamplingParams
 from mxserve.default_model import default_model_path
 from mxserve.engine.tokenizer import Tokenizer
 
-ALL_TRITON = {"linear": "triton", "moe": "triton", "attention": "triton"}
 NEAR_TIE_NATS = 0.1
 
 
@@ -104,12 +103,16 @@ def main() -> None:
     ap.add_argument("--num-new", type=int, default=256)
     ap.add_argument("--out", type=Path, default=Path("model_parity.json"))
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run under TRITON_INTERPRET=1 (slow)")
+    ap.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton",
+                    help="the engine's op=backend overrides under test (e.g. linear=reference,moe=triton,"
+                         "attention=triton to find which op moves the tokens)")
     ap.add_argument("--reference-engine", action="store_true",
                     help="also decode greedily with the reference engine (slow on a GPU) instead of teacher forcing")
     args = ap.parse_args()
     model_dir = default_model_path()
     prompts = text_prompts(model_dir, args.prompts, 24)
-    tri, tri_s = run(model_dir, prompts, args.num_new, ALL_TRITON, args.device)
+    overrides = dict(item.split("=", 1) for item in args.kernels.split(",") if item)
+    tri, tri_s = run(model_dir, prompts, args.num_new, overrides, args.device)
     t0 = time.perf_counter()
     if args.reference_engine:
         ref, _ = run(model_dir, prompts, args.num_new, {"linear": "reference", "moe": "reference",
@@ -121,7 +124,7 @@ def main() -> None:
         method = "reference model, one teacher-forced forward per prompt"
     ref_s = time.perf_counter() - t0
     summary = {
-        "model": str(model_dir), "numerics": "faithful", "num_new": args.num_new, "prompts": len(prompts),
+        "model": str(model_dir), "kernels": overrides, "numerics": "faithful", "num_new": args.num_new, "prompts": len(prompts),
         "method": method,
         "all_equal": all(r["tokens_equal"] for r in rows),
         "every_divergence_a_near_tie": all(r["tokens_equal"] or r["near_tie"] for r in rows),
