@@ -8,9 +8,16 @@ for `_scaled_mm`), bf16 `torch.matmul`, native `torch._scaled_mm` rowwise and bl
 dequantize-then-matmul in eager torch (events, no graph: the decode builds its table on the host).
 It reports median time, TB/s on the weight bytes (FP8 codes + scales for our kernel), TFLOP/s,
 the fraction of the device-to-device copy bandwidth measured in the same run, and same-run ratios.
-`--check` first runs parity against the fp64 torch twin and the batch-invariance check.
+`--check` first runs parity against the fp64 torch twin and the batch-invariance check;
+`--check-fused` only the decode checks of the single-launch split-K (fused sum equal to the
+two-launch twin bit for bit, repeated, eager and under CUDA-graph replay; counters back at 0).
+`--split-sum both` times the decode launches both ways: the main rows fused, `*_2l` two launches.
+`--prepared-x` adds the issue-9 experiment: weight-only on activations prepared by their own
+launch (`fp8_wo_px`, GEMM only, like W8A8's; `prep_x` the preparation alone), at M <= 16.
 
     python benchmarks/kernels.py --check --out DIR        # full table, raw rows in DIR/kernels.jsonl
+    python benchmarks/kernels.py --shapes wq_b wo_b head 'wq_a||wkv' --ms 1 8 16 --split-sum both \
+        --prepared-x --check-fused --skip fp8_wo_f32x smm_block --out DIR   # decode: fused vs two launches
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from mxserve.kernels.linear_fp8_block.triton import (
     launch_gemv_fp8_block,
     launch_linear_fp8_block,
     linear_fp8_block_triton,
+    prepare_activation_fp16,
+    split_counters,
 )
 
 SHAPES = {  # name: (N out, K in), DeepSeek-V4-Flash dense layers
@@ -118,6 +127,42 @@ def check(shapes: dict, log: list) -> None:
             emit(row)
 
 
+def check_fused(shapes: dict, log: list) -> None:
+    """Decode M = 1, 7, 16: the fused split-K sum against the two-launch twin, bit for bit, 10
+    calls in a row (a missing release/acquire shows as an occasional mismatch), then 10 replays
+    of a CUDA graph of the fused call on fresh inputs; counters must be all 0 afterwards."""
+    for name, (n, k) in shapes.items():
+        w = make_weight(n, k, 4)
+        for label, q in (("wo_bf16x", False), ("w8a8", True)):
+            row = {"kind": "fused_check", "shape": name, "variant": label}
+            for m in (1, 7, 16):
+                x = torch.randn(m, k, device="cuda")
+                xin = x if q else x.bfloat16()
+                twin = linear_fp8_block_triton(xin, w, quantize_input=q, split_sum="two_launch")
+                eager = all(torch.equal(linear_fp8_block_triton(xin, w, quantize_input=q, split_sum="fused"), twin)
+                            for _ in range(10))
+                static_x = xin.clone()
+                graph = torch.cuda.CUDAGraph()
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    linear_fp8_block_triton(static_x, w, quantize_input=q, split_sum="fused")  # warm-up
+                torch.cuda.current_stream().wait_stream(stream)
+                with torch.cuda.graph(graph):
+                    static_out = linear_fp8_block_triton(static_x, w, quantize_input=q, split_sum="fused")
+                replay = True
+                for i in range(10):
+                    static_x.copy_(xin * (1 + i))
+                    graph.replay()
+                    expect = linear_fp8_block_triton(static_x, w, quantize_input=q, split_sum="two_launch")
+                    replay &= bool(torch.equal(static_out, expect))
+                row[f"M{m}_eager_equal"] = eager
+                row[f"M{m}_graph_equal"] = replay
+            row["counters_zero"] = bool((split_counters(torch.device("cuda", torch.cuda.current_device()), 0) == 0).all())
+            log.append(row)
+            emit(row)
+
+
 def scaled_mm_block_layout(xq, xs, wt, ws) -> tuple | None:
     """(a_scale, weight-scale transform) that `_scaled_mm` accepts for (1x128, 128x128) scaling,
     trying the plausible memory layouts; None where it accepts none (e.g. an unsupported M)."""
@@ -131,7 +176,8 @@ def scaled_mm_block_layout(xq, xs, wt, ws) -> tuple | None:
     return None
 
 
-def bench_shape(name: str, n: int, k: int, ms: tuple, copy_bw: float, log: list) -> None:
+def bench_shape(name: str, n: int, k: int, ms: tuple, copy_bw: float, log: list, split_sum: str = "auto",
+                skip: tuple = (), prepared_x: bool = False) -> None:
     w0 = make_weight(n, k, 0)
     fp8_bytes = w0.nbytes
     copies = max(1, math.ceil(ROTATE_BYTES / fp8_bytes))
@@ -141,13 +187,14 @@ def bench_shape(name: str, n: int, k: int, ms: tuple, copy_bw: float, log: list)
     wsc = [ue8m0_value(w.scales) for w in ws_]  # fp32 [N/128, K/128]
     wrow = [ue8m0_value(w.scales).repeat_interleave(128, 0)[:n, :1].t().contiguous() for w in ws_]  # [1, N]
     for m in ms:
-        res = bench_one(name, n, k, m, (ws_, wb_, w8_, wsc, wrow), copies, copy_bw)
+        res = bench_one(name, n, k, m, (ws_, wb_, w8_, wsc, wrow), copies, copy_bw, split_sum, skip, prepared_x)
         log.append(res)
         emit(res)
     torch.cuda.empty_cache()
 
 
-def bench_one(name: str, n: int, k: int, m: int, weights: tuple, copies: int, copy_bw: float) -> dict:
+def bench_one(name: str, n: int, k: int, m: int, weights: tuple, copies: int, copy_bw: float, split_sum: str = "auto",
+              skip: tuple = (), prepared_x: bool = False) -> dict:
     ws_, wb_, w8_, wsc, wrow = weights
     w0 = ws_[0]
     fp8_bytes = w0.nbytes
@@ -156,12 +203,27 @@ def bench_one(name: str, n: int, k: int, m: int, weights: tuple, copies: int, co
     xq, xs = quantize_activation_fp8_block(x32)
     xq8 = xq.view(torch.float8_e4m3fn)
     xrow = xs.amax(dim=1, keepdim=True)  # rowwise: one scale per token (values approximated)
-    res = {"kind": "bench", "shape": name, "N": n, "K": k, "M": m, "copies": copies}
+    main = "fused" if split_sum == "both" else split_sum  # the main rows' split-K sum
+    res = {"kind": "bench", "shape": name, "N": n, "K": k, "M": m, "copies": copies, "split_sum": main}
     variants = {
-        "fp8_wo": [lambda w=w: launch_linear_fp8_block(xb, w) for w in ws_],
-        "fp8_w8a8": [lambda w=w: launch_linear_fp8_block(xq, w, x_scales=xs) for w in ws_],
+        "fp8_wo": [lambda w=w: launch_linear_fp8_block(xb, w, split_sum=main) for w in ws_],
+        "fp8_w8a8": [lambda w=w: launch_linear_fp8_block(xq, w, x_scales=xs, split_sum=main) for w in ws_],
         "bf16": [lambda w=w: torch.matmul(xb, w.t()) for w in wb_],
     }
+    if split_sum == "both" and m <= 16:
+        variants["fp8_wo_2l"] = [lambda w=w: launch_linear_fp8_block(xb, w, split_sum="two_launch") for w in ws_]
+        variants["fp8_w8a8_2l"] = [lambda w=w: launch_linear_fp8_block(xq, w, x_scales=xs, split_sum="two_launch")
+                                   for w in ws_]
+    if prepared_x and m <= 16:
+        try:
+            xh, xinv = prepare_activation_fp16(xb)
+            res["px_equal"] = bool(torch.equal(launch_linear_fp8_block(xh, ws_[0], x_inv=xinv, split_sum=main),
+                                               launch_linear_fp8_block(xb, ws_[0], split_sum=main)))
+            variants["fp8_wo_px"] = [lambda w=w: launch_linear_fp8_block(xh, w, x_inv=xinv, split_sum=main)
+                                     for w in ws_]
+            variants["prep_x"] = [lambda: prepare_activation_fp16(xb)]
+        except Exception as e:  # the experiment must not hide the main rows
+            res["px_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
     if m <= 4:
         variants["fp8_gemv"] = [lambda w=w: launch_gemv_fp8_block(xb, w) for w in ws_]
     if m <= 16:
@@ -181,6 +243,8 @@ def bench_one(name: str, n: int, k: int, m: int, weights: tuple, copies: int, co
         variants["smm_block"] = [lambda i=i: torch._scaled_mm(xq8, w8_[i].t(), a_s, bs[i], out_dtype=torch.bfloat16)
                                  for i in range(len(ws_))]
     for label, calls in variants.items():
+        if label in skip:
+            continue
         try:
             res[label + "_s"] = graph_time(calls)
         except Exception as e:  # a baseline that fails must not hide the others
@@ -192,9 +256,13 @@ def bench_one(name: str, n: int, k: int, m: int, weights: tuple, copies: int, co
         res["fp8_wo_TBps"] = fp8_bytes / t / 1e12
         res["fp8_wo_frac_copy"] = fp8_bytes / t / copy_bw
         res["fp8_wo_TFLOPs"] = 2 * m * n * k / t / 1e12
-    for mine in ("fp8_w8a8", "fp8_gemv"):
+    for mine in ("fp8_w8a8", "fp8_gemv", "fp8_wo_2l", "fp8_w8a8_2l", "fp8_wo_px"):
         if res.get(mine + "_s"):
             res[mine + "_TBps"] = fp8_bytes / res[mine + "_s"] / 1e12
+            res[mine + "_frac_copy"] = fp8_bytes / res[mine + "_s"] / copy_bw
+    for mine in ("fp8_wo", "fp8_w8a8"):  # two-launch time / fused time
+        if res.get(mine + "_s") and res.get(mine + "_2l_s"):
+            res[mine + "_fused_speedup"] = res[mine + "_2l_s"] / res[mine + "_s"]
     for base in ("bf16", "smm_row", "smm_block", "deq_mm"):
         for mine in ("fp8_wo", "fp8_w8a8", "fp8_gemv"):
             if res.get(base + "_s") and res.get(mine + "_s"):
@@ -244,8 +312,9 @@ def table(log: list, copy_bw: float) -> str:
     lines = [
         f"copy bandwidth {copy_bw / 1e12:.2f} TB/s; times in us; ratios = baseline time / ours",
         "| shape | M | wo us | wo TB/s | %copy | wo vs bf16 | wo vs smm_row | wo vs deq | gemv us | gemv TB/s | f32x us "
-        "| w8a8 us | w8a8 TB/s | w8a8 vs smm_blk | bf16 us | smm_row us | smm_blk us |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| w8a8 us | w8a8 TB/s | w8a8 vs smm_blk | bf16 us | smm_row us | smm_blk us | wo 2L us | w8a8 2L us "
+        "| wo px us | prep us |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in log:
         if r.get("kind") != "bench":
@@ -259,7 +328,9 @@ def table(log: list, copy_bw: float) -> str:
             f"{f(r.get('fp8_wo_vs_smm_row'), '.2f')} | {f(r.get('fp8_wo_vs_deq_mm'), '.0f')} | {f(us('fp8_gemv_s'), '.1f')} | "
             f"{f(r.get('fp8_gemv_TBps'), '.2f')} | {f(us('fp8_wo_f32x_s'), '.1f')} | "
             f"{f(us('fp8_w8a8_s'), '.1f')} | {f(r.get('fp8_w8a8_TBps'), '.2f')} | {f(r.get('fp8_w8a8_vs_smm_block'), '.2f')} | "
-            f"{f(us('bf16_s'), '.1f')} | {f(us('smm_row_s'), '.1f')} | {f(us('smm_block_s'), '.1f')} |"
+            f"{f(us('bf16_s'), '.1f')} | {f(us('smm_row_s'), '.1f')} | {f(us('smm_block_s'), '.1f')} | "
+            f"{f(us('fp8_wo_2l_s'), '.1f')} | {f(us('fp8_w8a8_2l_s'), '.1f')} | {f(us('fp8_wo_px_s'), '.1f')} | "
+            f"{f(us('prep_x_s'), '.1f')} |"
         )
     worst: dict = {}
     for r in log:
@@ -274,6 +345,14 @@ def table(log: list, copy_bw: float) -> str:
            if not all(all(d.values()) for d in (r["auto_tile"], r["decode_tile"], r["gemv_1_to_4"]))]
     lines.append(f"parity (worst normwise rel. error per variant): {worst}")
     lines.append(f"invariance: {len(inv)} cases, not bit-identical: {bad or 'none'}")
+    px_bad = [(r["shape"], r["M"]) for r in log if r.get("kind") == "bench" and r.get("px_equal") is False]
+    if any("px_equal" in r for r in log):
+        lines.append(f"prepared x equal to in-kernel preparation: not equal at {px_bad or 'none'}")
+    fused = [r for r in log if r.get("kind") == "fused_check"]
+    if fused:
+        failed = [(r["shape"], r["variant"]) for r in fused if not all(v for key, v in r.items() if key.endswith(
+            ("_equal", "_zero")))]
+        lines.append(f"fused split-K vs two launches: {len(fused)} cases, failed: {failed or 'none'}")
     errors = [r for r in log if r.get("kind", "").endswith("error")]
     if errors:
         lines.append(f"errors: {errors}")
@@ -287,6 +366,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ms", nargs="*", type=int, default=list(MS))
     parser.add_argument("--check", action="store_true", help="parity and batch invariance first")
     parser.add_argument("--grouped", action="store_true", help="also the grouped wo_a projection")
+    parser.add_argument("--check-fused", action="store_true",
+                        help="fused split-K sum vs the two-launch twin (bitwise, eager and graph replay) first")
+    parser.add_argument("--split-sum", choices=["auto", "fused", "two_launch", "both"], default="auto",
+                        help="decode split-K sum of the main rows; 'both': main rows fused plus *_2l rows")
+    parser.add_argument("--skip", nargs="*", default=[], help="variants not to time (e.g. fp8_wo_f32x smm_block)")
+    parser.add_argument("--prepared-x", action="store_true",
+                        help="also weight-only on activations prepared by their own launch (issue-9 experiment)")
     parser.add_argument("--no-bench", action="store_true",
                         help="only --check (a compile-warming pass that can run beside other work; no timing)")
     args = parser.parse_args(argv)
@@ -314,9 +400,16 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # report and still benchmark
                 log.append({"kind": "check_error", "error": f"{type(e).__name__}: {e}"[:2000]})
                 emit(log[-1])
+        if args.check_fused:
+            try:
+                check_fused(shapes, log)
+            except Exception as e:  # report and still benchmark
+                log.append({"kind": "check_error", "error": f"{type(e).__name__}: {e}"[:2000]})
+                emit(log[-1])
         for name, (n, k) in ({} if args.no_bench else shapes).items():
             try:
-                bench_shape(name, n, k, tuple(args.ms), copy_bw, log)
+                bench_shape(name, n, k, tuple(args.ms), copy_bw, log, args.split_sum, tuple(args.skip),
+                            args.prepared_x)
             except Exception as e:  # one shape failing must not hide the others
                 log.append({"kind": "bench_error", "shape": name, "error": f"{type(e).__name__}: {e}"[:2000]})
                 emit(log[-1])

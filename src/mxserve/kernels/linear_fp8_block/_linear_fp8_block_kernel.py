@@ -15,7 +15,31 @@ Numerics (why the order is fixed):
   weights (folded into the partial sum before any cross-block addition);
 - K blocks form fixed groups of KB_PER_GROUP (a function of N and K only); blocks add in order
   into the group's accumulator, groups add in order ((0 + g0) + g1) + ..., either in-program or
-  by `_sum_groups_kernel` over a workspace (split-K grid). Same additions, same bits, no M.
+  by `_sum_groups_kernel` over a workspace (split-K grid), or by the tile's last program (fused
+  sum, below). Same additions, same bits, no M.
+
+Fused sum (FUSED_SUM: single-launch ordered split-K, the decode default). Each of a tile's S
+programs stores its group partial to the workspace slot of its split, then thread 0 increments
+the tile's counter with an acq_rel atomic at GPU scope; the program that reads S-1 (the last to
+arrive) reads all S slots back and adds them in split order 0, 1, .., S-1 — the additions of
+`_sum_groups_kernel`, so the bits are those of the two-launch path whatever the arrival order —
+writes the output tile and stores 0 to the counter. Why every partial is visible to it:
+- a `bar.sync` (tl.debug_barrier) after the partial stores orders every thread's stores before
+  thread 0's atomic (CTA scope); the atomic's release half is cumulative, so it publishes them all;
+- the counter's increments form one modification order, each RMW reading the previous one, so
+  each program's release heads a release sequence that reaches the last program's RMW, whose
+  acquire half then synchronizes with all S-1 releases (the pattern of the CUDA sample
+  threadFenceReduction — partial store, fence, one-thread atomicInc, the last block sums — with
+  the fence folded into the atomic; on sm_90 it compiles to MEMBAR.ALL.GPU, ATOMG.ADD.STRONG.GPU,
+  CCTL.IVALL in thread 0);
+- Triton broadcasts the scalar result of the one-thread atomic to the other threads through
+  shared memory and a barrier, which orders their partial loads after the acquire; the loads go
+  to L2 (`.cg`), so no L1 line from before the acquire can answer them.
+No program waits for another (the last arrival does the work), so there is no co-residency or
+forward-progress assumption. Reset: exactly S increments reach a tile and the last one is the
+resetter's, so nothing touches the counter after its store in this launch; the next launch on the
+stream (and every CUDA-graph replay) starts after this one has finished, so it finds 0. The
+counters are shared per device: two fused launches must not run concurrently on two streams.
 
 Activation preparation (X_MODE):
 - 0: float x (fp32/bf16/fp16) for a weight-only FP8 layer. Each (row, 128-block) of x is scaled
@@ -27,6 +51,11 @@ Activation preparation (X_MODE):
 - 1: e4m3fn codes with fp32 scales [M, ceil(K/128)] (W8A8): FP8 tensor cores (DOT == 2) or
   both sides widened to fp16 (exact) where the device has none.
 - 2: float x against bf16 weights (linear_bf16): bf16 hi (+ lo for fp32 x) pieces, no scales.
+- 3: X_MODE 0's fp16 values and 2^-k scales for bf16/fp16 x, computed beforehand by
+  `_prep_x_kernel` (an experiment of issue 9, off the default path: does the weight-only decode
+  lose to W8A8 through the per-block activation preparation — amax reduction by shuffles, fp16
+  tile stored to shared memory, two more barriers per block — rather than the weight widening?).
+  Same operands into the same MMA as X_MODE 0, so the same bits.
 """
 
 from __future__ import annotations
@@ -51,6 +80,19 @@ def _ue8m0_to_fp32(b):
 
 
 @triton.jit
+def _scale_to_fp16(xf):
+    """[rows, 128] fp32 → (hi, lo, inv): each row scaled by 2^k so that its largest magnitude lies
+    in [2^14, 2^15), hi = fp16(x·2^k), lo = fp16(x·2^k − hi), inv = 2^-k [rows] (X_MODE 0 and 3)."""
+    amax = tl.max(tl.abs(xf), axis=1)  # [rows]
+    e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127  # floor(log2 amax) for normal amax
+    k_exp = tl.minimum(tl.maximum(14 - e, -126), 126)
+    xsc = xf * _pow2(k_exp)[:, None]
+    hi = xsc.to(tl.float16)
+    lo = (xsc - hi.to(tl.float32)).to(tl.float16)
+    return hi, lo, _pow2(-k_exp)
+
+
+@triton.jit
 def _block_partial(
     x_ptr, xs_ptr, w_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, kb, K, stride_xm, stride_xsm, stride_wn,
     X_MODE: tl.constexpr, X_PIECES: tl.constexpr, DOT: tl.constexpr, W_KIND: tl.constexpr,
@@ -70,19 +112,17 @@ def _block_partial(
         w_val = w  # bf16 values
     # --- activation operand(s) -------------------------------------------------------------------
     if X_MODE == 0:
-        xf = x.to(tl.float32)
-        amax = tl.max(tl.abs(xf), axis=1)  # [BLOCK_M]
-        e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127  # floor(log2 amax) for normal amax
-        k_exp = tl.minimum(tl.maximum(14 - e, -126), 126)
-        xs = _pow2(k_exp)
-        inv = _pow2(-k_exp)
-        xsc = xf * xs[:, None]
-        hi = xsc.to(tl.float16)
-        lo = (xsc - hi.to(tl.float32)).to(tl.float16)
+        hi, lo, inv = _scale_to_fp16(x.to(tl.float32))
     elif X_MODE == 1:
         inv = tl.load(xs_ptr + offs_m * stride_xsm + kb, mask=m_mask, other=0.0)
         hi = x.to(tl.float8e4nv, bitcast=True)
         lo = hi
+    elif X_MODE == 3:
+        # prepared by `_prep_x_kernel` (the X_MODE 0 values: same helper, same bits); the tile goes
+        # from cp.async straight to the MMA, as W8A8's codes do, without the per-block reduction
+        inv = tl.load(xs_ptr + offs_m * stride_xsm + kb, mask=m_mask, other=0.0)
+        hi = x
+        lo = x
     else:
         xf = x.to(tl.float32)
         hi = xf.to(tl.bfloat16)
@@ -122,20 +162,31 @@ def _group_partial(
     """Sum over the group's K blocks kb0 .. kb0+KB_PER_GROUP-1 (those < num_kb), each block's
     partial already scaled; blocks past the end contribute exact zeros."""
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    if W_KIND != 2:
+        s_next = tl.load(scale_row + kb0, mask=kb0 < num_kb, other=127)  # weight-only (X_MODE != 1)
     for j in range(KB_PER_GROUP):
         kb = kb0 + j
         blk = _block_partial(x_ptr, xs_ptr, w_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, kb, K,
                              stride_xm, stride_xsm, stride_wn, X_MODE, X_PIECES, DOT, W_KIND)
         if W_KIND != 2:
-            # the weight block scale, loaded once per 128x128 weights (the pipeliner issues it
-            # num_stages blocks ahead together with the weight tile)
-            s = tl.load(scale_row + kb, mask=kb < num_kb, other=127)
+            # the weight block scale, once per 128x128 weights. The pipeliner leaves this one-byte
+            # load in place: loaded in the block that uses it, its L2 round trip sat between the
+            # block's MMA and the scale multiply (sm_90 SASS: LDG.E.U8 issued after the MMA wait,
+            # consumed ~70 instructions later). Weight-only loads it one block ahead by hand
+            # (the same value, so the same bits); W8A8 keeps the in-place load: with the prefetch
+            # it took 84 registers instead of 72, 5 programs per SM instead of 6 (Triton 3.9, sm_90)
+            if X_MODE == 1:
+                s = tl.load(scale_row + kb, mask=kb < num_kb, other=127)
+            else:
+                s = s_next
+                s_next = tl.load(scale_row + kb + 1, mask=kb + 1 < num_kb, other=127)
             blk = blk * _ue8m0_to_fp32(s)
         acc += blk
     return acc
 
 
-@triton.jit(do_not_specialize=['M', 'stride_os', 'NUM_SPLITS', 'M_BUCKET', 'KB_PER_GROUP', 'NUM_GROUPS'])  # run-time sizes: one compile for every value
+@triton.jit(do_not_specialize=['M', 'stride_os', 'NUM_SPLITS', 'M_BUCKET', 'KB_PER_GROUP', 'NUM_GROUPS',
+                            'SPLIT_ROTATE'])  # run-time sizes: one compile for every value
 def _blockdot_kernel(
     x_ptr, xs_ptr, w_ptr, ws_ptr, lut_ptr, out_ptr,
     M, N, K,
@@ -144,19 +195,25 @@ def _blockdot_kernel(
     M_BUCKET,  # unused by the code: the prefill autotuner's key (power-of-two bucket of M)
     KB_PER_GROUP,  # 128-K blocks per summation group (from N, K only; runtime: no recompile per shape)
     NUM_GROUPS,  # ceil(ceil(K/128) / KB_PER_GROUP)
-    SPLIT: tl.constexpr,  # True: one group per program (split-K grid), partials to out[split]
+    SPLIT: tl.constexpr,  # True: one group per program (split-K grid), partials to out[split] (the
+                          # output itself when S == 1: decode runs this code for one-group layers too)
     BLOCK_M: tl.constexpr,  # tokens per tile (16 at decode)
     BLOCK_N: tl.constexpr,  # output features per tile; divides 128 (one scale row per tile)
     X_MODE: tl.constexpr, X_PIECES: tl.constexpr, DOT: tl.constexpr, W_KIND: tl.constexpr,
+    sum_ptr=None,  # FUSED_SUM: the output [M, G·N] (out_ptr is then the partials' workspace)
+    cnt_ptr=None,  # FUSED_SUM: int32 arrival counters, one per output tile, 0 on entry and on exit
+    SPLIT_ROTATE=0,  # tests only: split = (pid_z + r) % S, so another split arrives last
+    FUSED_SUM: tl.constexpr = False,  # SPLIT: the tile's last program sums the partials (one launch)
 ):
     """Grid (cdiv(N, BLOCK_N), cdiv(M, BLOCK_M), G·S): N is the per-group output width; group g of
     a block-diagonal weight reads x[:, g, :] (stride_xg) and weight rows g·N .. g·N+N-1 and writes
-    output columns g·N ..; S = NUM_SPLITS split-K programs (1 without SPLIT)."""
+    output columns g·N ..; S = NUM_SPLITS split-K programs (1 without SPLIT). The arguments after
+    W_KIND have defaults so that `linear_bf16` launches it unchanged."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_z = tl.program_id(2)
     grp = pid_z // NUM_SPLITS
-    split = pid_z % NUM_SPLITS
+    split = (pid_z + SPLIT_ROTATE) % NUM_SPLITS
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     n_mask = offs_n < N
@@ -177,8 +234,45 @@ def _blockdot_kernel(
                                     scale_row, g * KB_PER_GROUP, num_kb, K, stride_xm, stride_xsm, stride_wn,
                                     KB_PER_GROUP, BLOCK_M, BLOCK_N, X_MODE, X_PIECES, DOT, W_KIND)
     # out is [S or 1, M, G·N]; the tile is transposed on the way out
-    out = out_ptr + split * stride_os + offs_m[None, :] * stride_om + (grp * N + offs_n)[:, None]
-    tl.store(out, total, mask=n_mask[:, None] & m_mask[None, :])
+    o_mask = n_mask[:, None] & m_mask[None, :]
+    tile_offs = offs_m[None, :] * stride_om + (grp * N + offs_n)[:, None]
+    tl.store(out_ptr + split * stride_os + tile_offs, total, mask=o_mask)
+    if FUSED_SUM:
+        # Single-launch ordered split-K (why it is correct: the module docstring, "Fused sum").
+        tl.debug_barrier()  # bar.sync: every thread's partial stores precede the release below
+        tile = (grp * tl.num_programs(1) + pid_m) * tl.num_programs(0) + pid_n
+        arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == NUM_SPLITS - 1:  # the tile's last program: all S partials are visible
+            acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+            part = out_ptr + tile_offs
+            for s0 in range(0, NUM_SPLITS, 8):  # 8 loads in flight per L2 round trip, added in order
+                p0 = _load_partial(part, s0, NUM_SPLITS, stride_os, o_mask)
+                p1 = _load_partial(part, s0 + 1, NUM_SPLITS, stride_os, o_mask)
+                p2 = _load_partial(part, s0 + 2, NUM_SPLITS, stride_os, o_mask)
+                p3 = _load_partial(part, s0 + 3, NUM_SPLITS, stride_os, o_mask)
+                p4 = _load_partial(part, s0 + 4, NUM_SPLITS, stride_os, o_mask)
+                p5 = _load_partial(part, s0 + 5, NUM_SPLITS, stride_os, o_mask)
+                p6 = _load_partial(part, s0 + 6, NUM_SPLITS, stride_os, o_mask)
+                p7 = _load_partial(part, s0 + 7, NUM_SPLITS, stride_os, o_mask)
+                acc += p0
+                acc += p1
+                acc += p2
+                acc += p3
+                acc += p4
+                acc += p5
+                acc += p6
+                acc += p7
+            tl.store(sum_ptr + tile_offs, acc, mask=o_mask)
+            tl.store(cnt_ptr + tile, 0)  # no other program of this launch touches it again
+
+
+@triton.jit
+def _load_partial(part, s, num_splits, stride_os, mask):
+    """Split s's partial of a tile; an exact +0.0 past the last split (the running sum starts at
+    +0.0, so it is never -0.0, and x + 0.0 == x for every x but -0.0; a NaN is already NaN).
+    `.cg` reads at L2, where the other programs' stores were released, never a stale L1 line."""
+    in_range = (tl.zeros(mask.shape, tl.int32) + s) < num_splits  # a tensor: the interpreter rejects bool & scalar
+    return tl.load(part + s * stride_os, mask=mask & in_range, other=0.0, cache_modifier=".cg")
 
 
 @triton.jit(do_not_specialize=['numel', 'stride_g'])  # run-time sizes: one compile for every value
@@ -190,3 +284,17 @@ def _sum_groups_kernel(part_ptr, out_ptr, numel, stride_g, NUM_GROUPS: tl.conste
     for g in tl.static_range(NUM_GROUPS):
         acc += tl.load(part_ptr + g * stride_g + offs, mask=mask, other=0.0)
     tl.store(out_ptr + offs, acc, mask=mask)
+
+
+@triton.jit(do_not_specialize=['M'])  # run-time size: one compile for every value
+def _prep_x_kernel(x_ptr, hi_ptr, inv_ptr, M, K, stride_xm, stride_hm, stride_im, BLOCK_M: tl.constexpr):
+    """X_MODE 3's operands: hi [M, K] fp16 and inv [M, ceil(K/128)] fp32; grid (cdiv(M, BLOCK_M), ceil(K/128))."""
+    kb = tl.program_id(1)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_k = kb * 128 + tl.arange(0, 128)
+    m_mask = offs_m < M
+    mask = m_mask[:, None] & (offs_k < K)[None, :]
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0)
+    hi, _lo, inv = _scale_to_fp16(x.to(tl.float32))
+    tl.store(hi_ptr + offs_m[:, None] * stride_hm + offs_k[None, :], hi, mask=mask)
+    tl.store(inv_ptr + offs_m * stride_im + kb, inv, mask=m_mask)

@@ -8,10 +8,24 @@ Paths (the kernel files say why the arithmetic is ordered the way it is):
   power-of-two scales (`quantize_activation_fp8_block`, equal to the faithful fake quantization);
   the dot runs on FP8 tensor cores (sm_89+), else both sides widen to fp16 (exact products).
 - launch shapes (`tile`): "decode" = 16-token tile, BLOCK_N x (KB_PER_GROUP·128) weight slab per
-  program on a fixed split-K grid plus a deterministic second-stage sum; "prefill" = tiled GEMM;
-  "auto" = decode for M <= 16. Same arithmetic in both, so rows are batch-invariant.
+  program on a fixed split-K grid (one group per program, also when the layer has one group);
+  "prefill" = tiled GEMM; "auto" = decode for M <= 16. Same arithmetic in both, so rows are
+  batch-invariant.
   "gemv" = the CUDA-core FMA GEMV (`_gemv_kernel.py`) for M <= 4: faster at M = 1..4 where the
   MMA's 16-wide token tile is mostly padding, NOT bit-identical to the MMA path (opt-in).
+- split-K partials (`split_sum`): "fused" = one launch, the tile's last program adds the partials
+  in split order (arrival counters; the kernel docstring says why it is correct); "two_launch" =
+  partials, then `_sum_groups_kernel`; "auto" = fused for decode launches, two launches for the
+  few-tile GEMM split (`set_split_sum` changes what "auto" means, process-wide). Both add the same
+  partials in the same order, so the bits are equal (tested). The counters are a persistent int32
+  buffer per device, 0 between launches (the kernel resets them), allocated on the first call
+  outside CUDA-graph capture (a warm-up); a capture that would need a larger buffer runs two
+  launches instead of allocating inside the graph.
+- prepared activations (experiment, off the default path): `prepare_activation_fp16` runs the
+  weight-only kernel's per-(row, 128-block) activation scaling as its own launch, and
+  `launch_linear_fp8_block(x_hi, w, x_inv=...)` feeds the result to the MMA like W8A8's codes;
+  the same bits as the in-kernel preparation. It tells whether the decode's gap to W8A8 is the
+  per-block preparation or the weight widening (benchmarks/kernels.py --prepared-x).
 - FNUZ (e4m3fnuz) weights: widened through their 256-entry value table (exact). `to_ocp_weight`
   converts once at load to use the native conversion and FP8 tensor cores instead.
 - Under TRITON_INTERPRET=1 (CPU tests) each block's dot is an fp32 product-and-sum: the
@@ -33,7 +47,11 @@ import triton
 from mxserve.formats import E4M3FN, QuantizedWeight, decode_table, fp8_fnuz_to_ocp
 from mxserve.kernels.act_quant import fake_quant_fp8, quantize_fp8_block
 from mxserve.kernels.linear_fp8_block._gemv_kernel import _gemv_fma_kernel
-from mxserve.kernels.linear_fp8_block._linear_fp8_block_kernel import _blockdot_kernel, _sum_groups_kernel
+from mxserve.kernels.linear_fp8_block._linear_fp8_block_kernel import (
+    _blockdot_kernel,
+    _prep_x_kernel,
+    _sum_groups_kernel,
+)
 from mxserve.kernels.linear_fp8_block.reference import (
     BLOCK_K,
     check_fp8_block_weight,
@@ -45,7 +63,14 @@ _FEW_PROGRAMS = 264  # below this many output tiles (2 per H200 SM) the GEMM lau
 _GROUP_TARGET_PROGRAMS = 512  # decode programs the K grouping aims at (~4 per H200 SM)
 _X_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 TILES = ("auto", "decode", "prefill", "gemv")
+SPLIT_SUMS = ("auto", "fused", "two_launch")
+_MIN_COUNTERS = 1 << 16  # first counter buffer per device (256 KB): every decode layer of the release fits
+_MIN_BLOCK_N = 16  # the counters are sized for the smallest tile any config may use
 _luts: dict[tuple[str, str], torch.Tensor] = {}
+_split_sum = {"default": "auto"}  # what `split_sum="auto"` resolves through; see `set_split_sum`
+_counters: dict[torch.device, torch.Tensor] = {}
+_outgrown_counters: list[torch.Tensor] = []  # never freed: a captured CUDA graph may still point at them
+_SPLIT_ROTATE = {"value": 0}  # tests only: which split arrives last under the interpreter
 
 # (BLOCK_N, num_warps, num_stages) tried for the decode launch; (BLOCK_N, BLOCK_M, warps, stages)
 # for prefill. BLOCK_N >= 64 with 4 or 8 warps keeps every config on the same (wgmma) instruction.
@@ -87,6 +112,33 @@ def force_config(tile: str, config: tuple | None) -> None:
     _FORCED[tile] = config
 
 
+def set_split_sum(mode: str) -> None:
+    """Process-wide choice behind `split_sum="auto"`: "auto" (fused at decode), "fused" (every
+    split launch) or "two_launch" (the off switch for the fused path). Benchmarks and bring-up."""
+    if mode not in SPLIT_SUMS:
+        raise ValueError(f"set_split_sum: {mode=} must be one of {SPLIT_SUMS}")
+    _split_sum["default"] = mode
+
+
+def split_counters(device: torch.device, num: int) -> torch.Tensor | None:
+    """The device's fused split-K arrival counters (int32, all 0 between launches), at least `num`.
+
+    Grown (never shrunk, never freed: a captured graph keeps its pointer) outside graph capture;
+    None while capturing with a buffer too small — torch.zeros inside a capture only records the
+    memset, so eager calls before the first replay would read garbage. The caller then runs two
+    launches, which give the same bits."""
+    buf = _counters.get(device)
+    if buf is not None and buf.numel() >= num:
+        return buf
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return None
+    size = max(num, _MIN_COUNTERS, 2 * buf.numel() if buf is not None else 0)
+    if buf is not None:
+        _outgrown_counters.append(buf)
+    _counters[device] = torch.zeros(size, dtype=torch.int32, device=device)  # stream-ordered memset, no host sync
+    return _counters[device]
+
+
 def to_ocp_weight(weight: QuantizedWeight) -> QuantizedWeight:
     """An e4m3fnuz weight as the equal-valued e4m3fn one (codes kept, scale bytes - 1); raises
     ValueError where no exact conversion exists (FNUZ ±240 codes, scale byte 0). Call at load."""
@@ -106,12 +158,12 @@ def _lut(weight: QuantizedWeight) -> torch.Tensor:
 
 def linear_fp8_block_triton(
     x: torch.Tensor, weight: QuantizedWeight, *, quantize_input: bool = False, tile: str = "auto",
-    weight_decode: str = "auto",
+    weight_decode: str = "auto", split_sum: str = "auto",
 ) -> torch.Tensor:
     """x [..., K] · W[N, K]ᵀ → fp32 [..., N] (see `linear_fp8_block_ref` for the contract).
 
-    `tile`: see the module docstring. `weight_decode`: "auto" (native e4m3fn conversion for
-    e4m3fn, value table otherwise) or "lut"."""
+    `tile`, `split_sum`: see the module docstring. `weight_decode`: "auto" (native e4m3fn
+    conversion for e4m3fn, value table otherwise) or "lut"."""
     weight = check_fp8_block_weight(weight)
     n, k = weight.shape
     if x.dtype not in _X_DTYPES:
@@ -130,13 +182,15 @@ def linear_fp8_block_triton(
         out = launch_gemv_fp8_block(x2, weight, weight_decode=weight_decode)
     elif quantize_input and x2.shape[0]:
         x_codes, x_scales = quantize_fp8_block(x2)  # fused kernel, bit-identical to the twin
-        out = launch_linear_fp8_block(x_codes, weight, x_scales=x_scales, tile=tile, weight_decode=weight_decode)
+        out = launch_linear_fp8_block(x_codes, weight, x_scales=x_scales, tile=tile, weight_decode=weight_decode,
+                                      split_sum=split_sum)
     else:
-        out = launch_linear_fp8_block(x2, weight, tile=tile, weight_decode=weight_decode)
+        out = launch_linear_fp8_block(x2, weight, tile=tile, weight_decode=weight_decode, split_sum=split_sum)
     return out.reshape(*lead, n)
 
 
-def grouped_linear_fp8_block_triton(x: torch.Tensor, weight: QuantizedWeight, *, tile: str = "auto") -> torch.Tensor:
+def grouped_linear_fp8_block_triton(x: torch.Tensor, weight: QuantizedWeight, *, tile: str = "auto",
+                                    split_sum: str = "auto") -> torch.Tensor:
     """Block-diagonal grouped projection (wo_a): x [T, G, K] float, weight [G·R, K] FP8_BLOCK whose
     rows g·R .. (g+1)·R − 1 form group g → fp32 [T, G, R]. One launch for all groups (grid axis 2);
     weight-only (the release runs wo_a without activation quantization). R must be a multiple of 128
@@ -151,12 +205,12 @@ def grouped_linear_fp8_block_triton(x: torch.Tensor, weight: QuantizedWeight, *,
                          f"groups of a multiple of {BLOCK_K} rows")
     if x.stride(2) != 1:
         x = x.contiguous()
-    out = launch_linear_fp8_block(x, weight, tile=tile, groups=groups)
+    out = launch_linear_fp8_block(x, weight, tile=tile, groups=groups, split_sum=split_sum)
     return out.view(t, groups, rows // groups)
 
 
 def _check_launch(x_op: torch.Tensor, weight: QuantizedWeight, x_scales: torch.Tensor | None, tile: str,
-                  weight_decode: str) -> None:
+                  weight_decode: str, split_sum: str = "auto") -> None:
     k = weight.shape[1]
     if x_op.device != weight.device:
         raise ValueError(f"linear_fp8_block: {x_op.device=} but {weight.device=}")
@@ -166,6 +220,8 @@ def _check_launch(x_op: torch.Tensor, weight: QuantizedWeight, x_scales: torch.T
         raise ValueError(f"linear_fp8_block: scale rows must be contiguous, got {weight.scales.stride()=}")
     if tile not in TILES:
         raise ValueError(f"linear_fp8_block: {tile=} must be one of {TILES}")
+    if split_sum not in SPLIT_SUMS:
+        raise ValueError(f"linear_fp8_block: {split_sum=} must be one of {SPLIT_SUMS}")
     if weight_decode not in ("auto", "lut"):
         raise ValueError(f"linear_fp8_block: {weight_decode=} must be 'auto' or 'lut'")
     if x_op.device.type != "cuda" and not interpreting():
@@ -185,15 +241,42 @@ def _check_launch(x_op: torch.Tensor, weight: QuantizedWeight, x_scales: torch.T
         raise ValueError(f"linear_fp8_block: x must be one of {_X_DTYPES}, got {x_op.dtype=}")
 
 
+def prepare_activation_fp16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """bf16/fp16 x [M, K] → (fp16 [M, K] = x·2^k, fp32 [M, ceil(K/128)] = 2^-k), k per row and
+    128-channel block putting the block's largest magnitude in [2^14, 2^15): exactly the weight-only
+    kernel's in-kernel preparation (the same JIT helper), as its own launch. Experiment (issue 9)."""
+    if x.dim() != 2 or x.dtype not in (torch.bfloat16, torch.float16) or x.stride(1) != 1:
+        raise ValueError(f"prepare_activation_fp16: x must be bf16/fp16 [M, K] with unit channel stride, got "
+                         f"{tuple(x.shape)=} {x.dtype=} {x.stride()=}")
+    m, k = x.shape
+    num_kb = triton.cdiv(k, BLOCK_K)
+    hi = torch.empty((m, k), dtype=torch.float16, device=x.device)
+    inv = torch.empty((m, num_kb), dtype=torch.float32, device=x.device)
+    if m and k:
+        _prep_x_kernel[(triton.cdiv(m, 16), num_kb)](x, hi, inv, m, k, x.stride(0), hi.stride(0), inv.stride(0),
+                                                     BLOCK_M=16)
+    return hi, inv
+
+
 def launch_linear_fp8_block(
     x_op: torch.Tensor, weight: QuantizedWeight, *, x_scales: torch.Tensor | None = None, tile: str = "auto",
-    weight_decode: str = "auto", groups: int = 1,
+    weight_decode: str = "auto", groups: int = 1, split_sum: str = "auto", x_inv: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The tensor-core kernel on float x [M, K] (or [M, G, K] with `groups`), or (W8A8) e4m3fn
-    codes x_op uint8 [M, K] with `x_scales` fp32 [M, ceil(K/128)]. → fp32 [M, N]. Public so
-    benchmarks can time the GEMM apart from the activation quantization."""
+    codes x_op uint8 [M, K] with `x_scales` fp32 [M, ceil(K/128)], or (prepared, see
+    `prepare_activation_fp16`) fp16 x_op [M, K] with `x_inv` fp32 [M, ceil(K/128)]. → fp32 [M, N].
+    Public so benchmarks can time the GEMM apart from the activation quantization/preparation."""
     weight = check_fp8_block_weight(weight)
-    _check_launch(x_op, weight, x_scales, tile, weight_decode)
+    if x_inv is not None:
+        if x_scales is not None or groups != 1 or x_op.dtype != torch.float16:
+            raise ValueError(f"linear_fp8_block: x_inv takes fp16 x from prepare_activation_fp16, no x_scales, one "
+                             f"group; got {x_op.dtype=} {x_scales is None=} {groups=}")
+        _check_launch(x_op, weight, None, tile, weight_decode, split_sum)
+        if x_inv.dtype != torch.float32 or tuple(x_inv.shape) != (x_op.shape[0], triton.cdiv(weight.shape[1], BLOCK_K)):
+            raise ValueError(f"linear_fp8_block: x_inv must be fp32 [M, ceil(K/128)], got {x_inv.dtype=} "
+                             f"{tuple(x_inv.shape)=}")
+    else:
+        _check_launch(x_op, weight, x_scales, tile, weight_decode, split_sum)
     if tile == "gemv":
         raise ValueError("linear_fp8_block: tile='gemv' runs through launch_gemv_fp8_block")
     rows, k = weight.shape
@@ -205,6 +288,7 @@ def launch_linear_fp8_block(
 
     # --- launch parameters ---------------------------------------------------------------------
     x_fp8 = x_scales is not None
+    x_mode = 1 if x_fp8 else (3 if x_inv is not None else 0)
     use_lut = weight_decode == "lut" or weight.fmt != E4M3FN
     if interpreting():
         dot = 0  # fp32 product-sum: the interpreter's fp16/bf16 dot is wrong
@@ -212,29 +296,42 @@ def launch_linear_fp8_block(
         dot = 2  # e4m3 x e4m3 on FP8 tensor cores
     else:
         dot = 1  # widen to fp16 (exact for FP8 codes and the scaled activations)
-    consts = dict(X_MODE=1 if x_fp8 else 0, X_PIECES=1 if (x_fp8 or x_op.dtype != torch.float32) else 2,
+    consts = dict(X_MODE=x_mode, X_PIECES=1 if (x_fp8 or x_op.dtype != torch.float32) else 2,
                   DOT=dot, W_KIND=1 if use_lut else 0)
     group = kb_per_group(n, k)
     num_groups = triton.cdiv(triton.cdiv(k, BLOCK_K), group)
     is_decode = tile == "decode" or (tile == "auto" and m <= DECODE_MAX_M)
+    # spread K over programs (same groups, so the same bits) at decode and wherever the output
+    # tiles are too few to fill the GPU (nominal 128x128 tiles; e.g. wq_a at M = 64 has 12). Decode
+    # takes the one-group-per-program code even for a one-group layer (wq_b, head): the same
+    # additions (a group partial is never -0.0, so 0 + g0 == g0), and 115 registers instead of 141
+    # (Triton 3.9 for sm_90, tests/kernels/linear_fp8_block/sm90_compile.py): 4 programs per SM
+    # instead of 3, so wq_b's 512 programs fit in one wave instead of 1.3
+    few_tiles = groups * triton.cdiv(n, 128) * triton.cdiv(m, 128) < _FEW_PROGRAMS
+    split = is_decode or (num_groups > 1 and few_tiles)
+    num_splits = num_groups if split else 1
+    mode = _split_sum["default"] if split_sum == "auto" else split_sum
+    counters = None
+    if num_splits > 1 and (mode == "fused" or (mode == "auto" and is_decode)):
+        counters = split_counters(out.device, groups * triton.cdiv(m, 16) * triton.cdiv(n, _MIN_BLOCK_N))
     # --------------------------------------------------------------------------------------------
 
+    if x_inv is not None:
+        x_scales = x_inv  # X_MODE 3 reads its 2^-k where W8A8 reads its scales
     if x_scales is None:
         x_scales = out  # unused (X_MODE 0): any pointer will do
     x3 = x_op if x_op.dim() == 3 else x_op.unsqueeze(1)
     xs3 = x_scales.unsqueeze(1) if x_scales.dim() == 2 else x_scales
     lut = _lut(weight) if use_lut else weight.scales  # unused pointer when not use_lut
-    # spread K over programs (same groups, so the same bits) at decode and wherever the output
-    # tiles are too few to fill the GPU (nominal 128x128 tiles; e.g. wq_a at M = 64 has 12)
-    few_tiles = groups * triton.cdiv(n, 128) * triton.cdiv(m, 128) < _FEW_PROGRAMS
-    split = num_groups > 1 and (is_decode or few_tiles)
-    dest = torch.empty((num_groups, m, rows), dtype=torch.float32, device=x_op.device) if split else out
+    dest = torch.empty((num_splits, m, rows), dtype=torch.float32, device=x_op.device) if num_splits > 1 else out
     args = (x3, xs3, weight.codes, weight.scales, lut, dest, m, n, k,
             x3.stride(0), x3.stride(1), xs3.stride(0), xs3.stride(1) if groups > 1 else 0, weight.codes.stride(0),
-            weight.scales.stride(0), dest.stride(0) if split else 0, rows, num_groups if split else 1,
+            weight.scales.stride(0), dest.stride(0) if num_splits > 1 else 0, rows, num_splits,
             0 if is_decode else _m_bucket(m))
-    meta = dict(KB_PER_GROUP=group, NUM_GROUPS=num_groups, SPLIT=split, **consts)
-    z = groups * (num_groups if split else 1)
+    meta = dict(KB_PER_GROUP=group, NUM_GROUPS=num_groups, SPLIT=split, FUSED_SUM=counters is not None, **consts)
+    if counters is not None:
+        meta.update(sum_ptr=out, cnt_ptr=counters, SPLIT_ROTATE=_SPLIT_ROTATE["value"])
+    z = groups * num_splits
     if is_decode:
         cfg = _INTERP["decode"] if interpreting() else _FORCED["decode"]
         if cfg is None:
@@ -252,7 +349,7 @@ def launch_linear_fp8_block(
             block_n, block_m, warps, stages = cfg
             _blockdot_kernel[(triton.cdiv(n, block_n), triton.cdiv(m, block_m), z)](
                 *args, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **meta)
-    if split:
+    if num_splits > 1 and counters is None:
         block = 1024
         _sum_groups_kernel[(triton.cdiv(m * rows, block),)](dest, out, m * rows, dest.stride(0), NUM_GROUPS=num_groups,
                                                             BLOCK=block)
@@ -295,7 +392,7 @@ def launch_gemv_fp8_block(x: torch.Tensor, weight: QuantizedWeight, *, weight_de
 
 # --- autotuned kernels (built on first GPU use; the interpreter never autotunes) ----------------
 _tuned: dict[str, object] = {}
-_MODE_KEYS = ["N", "K", "X_MODE", "X_PIECES", "DOT", "W_KIND", "KB_PER_GROUP", "SPLIT"]
+_MODE_KEYS = ["N", "K", "X_MODE", "X_PIECES", "DOT", "W_KIND", "KB_PER_GROUP", "SPLIT", "FUSED_SUM"]
 
 
 def _m_bucket(m: int) -> int:

@@ -1,0 +1,142 @@
+"""Compile the block-scaled FP8 decode kernel for sm_90 without a GPU: registers, shared memory,
+occupancy, and the SASS of the K loop (instructions per weight byte).
+
+    .venv/bin/python tests/kernels/linear_fp8_block/sm90_compile.py [--json] [--dump DIR]
+
+Issue 9: the weight-only decode streams at 1.7-3.0 TB/s where the W8A8 variant of the same tile
+reaches 2.4-4.0. Triton 3.9 compiles for an explicit GPUTarget, so this runs anywhere; ptxas
+(bundled with Triton: the one it uses for sm_90) gives registers and spills, nvdisasm the SASS.
+Occupancy is what the H200 allows per SM: 64K registers (allocated per warp in units of 8 per
+thread), 228 KB of shared memory (1 KB reserved per program), at most 32 programs. The K loop is
+the innermost backward branch around the (H|Q)GMMAs; one trip is one 128-K block, BLOCK_N x 128 weight
+bytes, so warp instructions per byte = trip instructions x warps / (BLOCK_N x 128). At the H200's
+~1.98 GHz x 4 issue slots x 132 SMs, 4.2 TB/s leaves ~0.25 warp instructions per byte at full issue.
+The device runs Triton 3.6: the PTX here is 3.9's, so counts are indicative, not the device's.
+TRITON_INTERPRET is forced off: run it as a script, never imported into a pytest process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "0"
+os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="sm90_compile_")  # a cold compile every run
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+from mxserve.kernels.linear_fp8_block._linear_fp8_block_kernel import _blockdot_kernel
+
+BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+PTXAS, NVDISASM = BIN / "ptxas-blackwell", BIN / "nvdisasm"  # ptxas-blackwell: the one Triton uses for sm_90
+POINTERS = {"xs_ptr": "*fp32", "w_ptr": "*u8", "ws_ptr": "*u8", "lut_ptr": "*u8", "out_ptr": "*fp32",
+            "sum_ptr": "*fp32", "cnt_ptr": "*i32"}
+DIVISIBLE = {"N", "K", "stride_xm", "stride_xg", "stride_wn", "stride_om"}  # multiples of 16 at the release shapes
+MODES = {  # name: (x pointer type, constexprs); weight-only bf16 x is the decode default
+    "wo_bf16x": ("*bf16", dict(X_MODE=0, X_PIECES=1, DOT=1, W_KIND=0)),
+    "wo_fp32x": ("*fp32", dict(X_MODE=0, X_PIECES=2, DOT=1, W_KIND=0)),
+    "w8a8": ("*u8", dict(X_MODE=1, X_PIECES=1, DOT=2, W_KIND=0)),
+    "wo_prepared": ("*fp16", dict(X_MODE=3, X_PIECES=1, DOT=1, W_KIND=0)),  # the issue-9 experiment
+}
+LAUNCHES = {  # name: constexprs of the launch; "in_program" is the pre-issue-9 decode of a one-group layer
+    "in_program": dict(SPLIT=False, FUSED_SUM=False),
+    "split": dict(SPLIT=True, FUSED_SUM=False),
+    "fused": dict(SPLIT=True, FUSED_SUM=True),
+}
+CONFIGS = [(64, 4, 4), (128, 4, 4), (64, 4, 6)]  # (BLOCK_N, warps, stages): triton.DECODE_CONFIGS
+KEY_OPS = ("F2FP", "LDS", "LDSM", "STS", "SHFL", "HGMMA", "QGMMA", "BAR", "MEMBAR", "LDG", "LDGSTS", "FMUL", "FFMA",
+           "FMNMX", "IMAD", "PRMT")
+
+
+def _ptxas(ptx: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.ptx"
+        path.write_text(ptx)
+        cubin = path.with_suffix(".cubin")
+        err = subprocess.run([str(PTXAS), "-v", "--gpu-name=sm_90a", str(path), "-o", str(cubin)],
+                             capture_output=True, text=True, check=True).stderr
+        sass = subprocess.run([str(NVDISASM), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    entry = err.split("Compiling entry function", 1)[1]
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", entry)
+    return {"n_regs": int(re.search(r"Used (\d+) registers", entry).group(1)),
+            "spill_bytes": int(spills.group(1)) + int(spills.group(2)), "sass": sass}
+
+
+def _k_loop(sass: str) -> list[str]:
+    """Opcodes of the innermost loop that contains the wgmma (HGMMA/QGMMA; label .. backward branch)."""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
+    best = None
+    for i, line in enumerate(lines):
+        m = re.search(r"BRA\s+`\((\.L_x_\d+)\)", line)
+        if m and labels.get(m.group(1), i) < i:
+            body = lines[labels[m.group(1)]:i + 1]
+            if any("GMMA" in b for b in body) and (best is None or len(body) < len(best)):
+                best = body
+    ops = []
+    for line in best or []:
+        m = re.match(r"\s*/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+        if m:
+            ops.append(m.group(1))
+    return ops
+
+
+def compile_report(mode: str, launch: str, block_n: int, warps: int, stages: int, dump: Path | None = None) -> dict:
+    x_type, consts = MODES[mode]
+    consts = dict(consts, **LAUNCHES[launch], BLOCK_M=16, BLOCK_N=block_n)
+    signature, attrs = {}, {}
+    for i, name in enumerate(_blockdot_kernel.arg_names):
+        if name in consts:
+            signature[name] = "constexpr"
+        elif name == "x_ptr" or name in POINTERS:
+            signature[name] = x_type if name == "x_ptr" else POINTERS[name]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            signature[name] = "i32"
+            if name in DIVISIBLE:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    compiled = triton.compile(
+        triton.compiler.ASTSource(fn=_blockdot_kernel, signature=signature, constexprs=consts, attrs=attrs),
+        target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+    report = _ptxas(compiled.asm["ptx"])
+    sass = report.pop("sass")
+    tag = f"{mode}-{launch}-{block_n}x{warps}x{stages}"
+    if dump is not None:
+        dump.mkdir(parents=True, exist_ok=True)
+        (dump / f"{tag}.ptx").write_text(compiled.asm["ptx"])
+        (dump / f"{tag}.sass").write_text(sass)
+    loop = _k_loop(sass)
+    counts = Counter(op.split(".")[0] for op in loop)
+    smem = compiled.metadata.shared
+    threads = 32 * warps
+    by_regs = 65536 // (-(-report["n_regs"] // 8) * 8 * threads)
+    by_smem = (228 * 1024) // (smem + 1024)
+    return {"kernel": tag, **report, "smem_bytes": smem, "programs_per_sm": min(by_regs, by_smem, 32, 64 // warps),
+            "limited_by": "registers" if by_regs < by_smem else "shared memory",
+            "k_loop_instr": len(loop), "warp_instr_per_byte": round(len(loop) * warps / (block_n * 128), 3),
+            "cvt_e4m3x2_in_ptx": compiled.asm["ptx"].count("cvt.rn.f16x2.e4m3x2"),
+            "k_loop_ops": {op: counts[op] for op in KEY_OPS if counts[op]}}
+
+
+def main() -> None:
+    dump = Path(sys.argv[sys.argv.index("--dump") + 1]) if "--dump" in sys.argv else None
+    jobs = [(mode, launch, *CONFIGS[0]) for mode in MODES for launch in LAUNCHES if mode != "wo_prepared"]
+    jobs += [("wo_prepared", launch, *CONFIGS[0]) for launch in ("split", "fused")]
+    jobs += [("wo_bf16x", "fused", *cfg) for cfg in CONFIGS[1:]]
+    reports = [compile_report(*job, dump=dump) for job in jobs]
+    if "--json" in sys.argv:
+        print(json.dumps(reports))
+        return
+    for r in reports:
+        print(" ".join(f"{k}={v}" for k, v in r.items()))
+
+
+if __name__ == "__main__":
+    main()
