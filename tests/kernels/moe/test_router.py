@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from mxserve.kernels.moe import route, route_ref
+from mxserve.kernels.linear.reference import linear_ref
+from mxserve.kernels.moe import route, route_ref, router
 from mxserve.kernels.moe.align import align_ref, align_triton
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -30,6 +31,37 @@ def _assert_same_routing(x, gate, **kw):
 def test_learned_routing_bit_equal(num_tokens, num_experts, top_k):
     x, gate, bias = _inputs(num_tokens, num_experts)
     _assert_same_routing(x, gate, top_k=top_k, routed_scaling=1.5, bias=bias)
+
+
+@pytest.mark.parametrize("num_tokens,num_experts,dim", [
+    (1, 13, 600),  # D: 3 chunks of the split, the last partial and not a multiple of a sub-block
+    (9, 40, 64),  # T and E past one tile and not multiples of it
+    (3, 16, 512),  # exactly two chunks
+])
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float32])
+def test_gate_logits_bit_equal(num_tokens, num_experts, dim, x_dtype):
+    x, gate, _ = _inputs(num_tokens, num_experts, dim=dim, seed=5)
+    x = x.to(x_dtype) if x_dtype == torch.bfloat16 else x.float() + 1e-3 * torch.randn_like(x.float())
+    got, ref = router.gate_logits_triton(x, gate), linear_ref(x, gate)
+    assert got.dtype == torch.float32 and torch.equal(got, ref), f"max |d| {(got - ref).abs().max().item()}"
+
+
+def test_multi_chunk_routing_bit_equal():
+    x, gate, bias = _inputs(6, 24, dim=600, seed=6)
+    _assert_same_routing(x, gate, top_k=6, routed_scaling=1.5, bias=bias)
+
+
+def test_batch_invariance_and_token_passes(monkeypatch):
+    """A token's routing does not depend on the batch, nor on the batch being split into passes."""
+    x, gate, bias = _inputs(11, 16, dim=300, seed=7)
+    kw = dict(top_k=4, routed_scaling=1.5, bias=bias)
+    w_all, i_all = route(x, gate, backend="triton", **kw)
+    w_one, i_one = route(x[3:4], gate, backend="triton", **kw)
+    assert torch.equal(w_one, w_all[3:4]) and torch.equal(i_one, i_all[3:4])
+    monkeypatch.setattr(router, "MAX_TOKENS_PER_PASS", 4)  # 11 tokens: passes of 4, 4 and 3
+    w_pass, i_pass = route(x, gate, backend="triton", **kw)
+    assert torch.equal(w_pass, w_all) and torch.equal(i_pass, i_all)
+    assert torch.equal(router.gate_logits_triton(x, gate), linear_ref(x, gate))
 
 
 @pytest.mark.parametrize("num_tokens", [0, 1, 5])
