@@ -6,6 +6,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.triton_cache TRITON_STORE_BINARY_ONLY=1 PYTHONPATH=$PWD/src
 OUT=${OUT:-/tmp/gpu_out}; R=$OUT/results; mkdir -p "$R" "$TRITON_CACHE_DIR"
 cat .tc/triton_cache.tgz.* 2>/dev/null | tar -xzf - 2>/dev/null
+if [ -f .tc/head.tgz ]; then tar -xzf .tc/head.tgz && echo "tree: HEAD $(cat .tc/head.rev) laid over the copy (helpers' uncommitted edits travel too)"; fi
 stamp() { echo; echo "=== $1 ($(date -u +%H:%M:%S))"; }
 
 stamp "G: GPU gates (router, MoE, linear_fp8_block incl. fused split-K under graph replay)"
