@@ -1,5 +1,5 @@
 """Issue 11 on the GPU: the whole default model with every Triton kernel selected (linear, MoE,
-attention) against the reference kernels, greedy, faithful numerics.
+attention) against the reference kernels, greedy, faithful numerics (--numerics exact: fp32, no FP8 fake quantization).
 
 For `--prompts` windows of the packaged `heldout_sample.txt` (BOS + 24 tokens each), the engine with
 every Triton kernel (and CUDA-graph decode) generates `--num-new` greedy tokens (ignore_eos) in one
@@ -43,8 +43,9 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run(model_dir: Path, prompts: list[list[int]], num_new: int, overrides: dict, device: str) -> tuple[list, float]:
-    llm = LLM(str(model_dir), device=device, numerics="faithful", kernel_overrides=overrides, progress=False,
+def run(model_dir: Path, prompts: list[list[int]], num_new: int, overrides: dict, device: str,
+        numerics: str = "faithful") -> tuple[list, float]:
+    llm = LLM(str(model_dir), device=device, numerics=numerics, kernel_overrides=overrides, progress=False,
               max_model_len=512)
     params = SamplingParams(temperature=0, max_tokens=num_new, ignore_eos=True, logprobs=2)
     llm.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))  # compile, warm up
@@ -56,7 +57,7 @@ def run(model_dir: Path, prompts: list[list[int]], num_new: int, overrides: dict
 
 
 def teacher_forced_check(model_dir: Path, prompts: list[list[int]], generated: list[list[int]],
-                         device: str) -> list[dict]:
+                         device: str, numerics: str = "faithful") -> list[dict]:
     """One reference forward per prompt over prompt + continuation: argmax vs the engine's tokens."""
     from mxserve.model.checkpoint import CheckpointReader
     from mxserve.model.deepseek_v4 import DeepseekV4Model
@@ -64,7 +65,7 @@ def teacher_forced_check(model_dir: Path, prompts: list[list[int]], generated: l
 
     reader = CheckpointReader(model_dir)
     weights = {k: v.to(device) for k, v in reader.load(progress=False).items()}
-    model = DeepseekV4Model(reader.config, weights, numerics="faithful")
+    model = DeepseekV4Model(reader.config, weights, numerics=numerics)
     rows = []
     for prompt, gen in zip(prompts, generated, strict=True):
         tokens = [*prompt, *gen]
@@ -106,25 +107,27 @@ def main() -> None:
     ap.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton",
                     help="the engine's op=backend overrides under test (e.g. linear=reference,moe=triton,"
                          "attention=triton to find which op moves the tokens)")
+    ap.add_argument("--numerics", default="faithful", choices=["faithful", "exact"],
+                    help="exact: fp32 activations and caches, no FP8 fake quantization (no re-quantization flips)")
     ap.add_argument("--reference-engine", action="store_true",
                     help="also decode greedily with the reference engine (slow on a GPU) instead of teacher forcing")
     args = ap.parse_args()
     model_dir = default_model_path()
     prompts = text_prompts(model_dir, args.prompts, 24)
     overrides = dict(item.split("=", 1) for item in args.kernels.split(",") if item)
-    tri, tri_s = run(model_dir, prompts, args.num_new, overrides, args.device)
+    tri, tri_s = run(model_dir, prompts, args.num_new, overrides, args.device, args.numerics)
     t0 = time.perf_counter()
     if args.reference_engine:
         ref, _ = run(model_dir, prompts, args.num_new, {"linear": "reference", "moe": "reference",
-                                                         "attention": "reference"}, args.device)
+                                                         "attention": "reference"}, args.device, args.numerics)
         rows = [compare(a, b) for a, b in zip(ref, tri, strict=True)]
         method = "reference engine greedy decode"
     else:
-        rows = teacher_forced_check(model_dir, prompts, [list(t.token_ids) for t in tri], args.device)
+        rows = teacher_forced_check(model_dir, prompts, [list(t.token_ids) for t in tri], args.device, args.numerics)
         method = "reference model, one teacher-forced forward per prompt"
     ref_s = time.perf_counter() - t0
     summary = {
-        "model": str(model_dir), "kernels": overrides, "numerics": "faithful", "num_new": args.num_new, "prompts": len(prompts),
+        "model": str(model_dir), "kernels": overrides, "numerics": args.numerics, "num_new": args.num_new, "prompts": len(prompts),
         "method": method,
         "all_equal": all(r["tokens_equal"] for r in rows),
         "every_divergence_a_near_tie": all(r["tokens_equal"] or r["near_tie"] for r in rows),
