@@ -109,6 +109,17 @@ def test_decode_path_equals_per_chunk_path_triton_attention(tiny_reader):
     _compare(model, num_steps=2, kernels=dataclasses.replace(REFERENCE_KERNELS, **attention_ops("triton")))
 
 
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="CPU tensors need the Triton interpreter")
+def test_decode_path_with_the_triton_slot_map(tiny_reader, monkeypatch):
+    """The decode step's slots from the one-launch Triton map (what CUDA runs): the same logits
+    and cache bytes as the per-chunk path."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("MXSERVE_TRITON_PAGED_SLOTS", "1")
+    model = DeepseekV4Model(tiny_reader.config, tiny_reader.load(progress=False), numerics="exact",
+                            resident_weights=True)
+    _compare(model, num_steps=3)
+
+
 def test_paged_slots_is_the_cache_state_address_rule(tiny_reader):
     state = ModelCacheState(tiny_reader.config, EXACT, num_blocks=16, block_size=4)
     state.set_block_tables("a", {"window": [7, 2, 9]})

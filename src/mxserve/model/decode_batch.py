@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from mxserve.config import ModelConfig
+from mxserve.kernels.paged_slots import paged_slots as paged_slots_kernel
 from mxserve.model.kv_state import ModelCacheState, Pool, units_for
 
 
@@ -135,11 +136,6 @@ def paged_slots(tables: torch.Tensor, indices: torch.Tensor, block_size: int) ->
     """Global cache slots of per-row indices: tables [B, M] page ids (−1 none), indices [B, ...]
     (row b's positions or entry ids) → int64 slots of indices' shape, −1 where the index is
     negative or its page is absent. For real rows this is exactly `ModelCacheState.slots` of the
-    row's sequence (the same address rule, spec §8.1), without building a tensor from a list."""
-    num_rows, width = tables.shape
-    flat = indices.reshape(num_rows, -1)
-    block = torch.div(flat, block_size, rounding_mode="floor")
-    in_table = (flat >= 0) & (block < width)
-    page = tables.gather(1, block.clamp(0, width - 1))
-    slot = page * block_size + flat.remainder(block_size)
-    return torch.where(in_table & (page >= 0), slot, torch.full_like(slot, -1)).view(indices.shape)
+    row's sequence (the same address rule, spec §8.1), without building a tensor from a list.
+    One Triton launch on CUDA (`mxserve.kernels.paged_slots`), the torch twin elsewhere."""
+    return paged_slots_kernel(tables, indices, block_size)

@@ -1,0 +1,35 @@
+"""The decode step's per-row slot map: `paged_slots(tables, indices, block_size)`.
+
+The torch twin (`paged_slots_ref`) is the spec; on CUDA one Triton launch computes the same
+integers (`paged_slots_triton`). MXSERVE_TORCH_PAGED_SLOTS=1 keeps the twin everywhere (the off
+switch); MXSERVE_TRITON_PAGED_SLOTS=1 runs the kernel under TRITON_INTERPRET=1 on the CPU (tests).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from mxserve.kernels.paged_slots.reference import paged_slots_ref
+
+
+def use_triton(indices: torch.Tensor) -> bool:
+    if os.environ.get("MXSERVE_TORCH_PAGED_SLOTS") == "1":
+        return False
+    interpreting = os.environ.get("TRITON_INTERPRET", "0") == "1"
+    if indices.is_cuda:
+        return not interpreting
+    return interpreting and os.environ.get("MXSERVE_TRITON_PAGED_SLOTS") == "1"
+
+
+def paged_slots(tables: torch.Tensor, indices: torch.Tensor, block_size: int) -> torch.Tensor:
+    """See `paged_slots_ref`."""
+    if use_triton(indices):
+        from mxserve.kernels.paged_slots.triton import paged_slots_triton
+
+        return paged_slots_triton(tables, indices, block_size)
+    return paged_slots_ref(tables, indices, block_size)
+
+
+__all__ = ["paged_slots", "paged_slots_ref", "use_triton"]

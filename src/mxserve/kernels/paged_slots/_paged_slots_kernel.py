@@ -1,0 +1,20 @@
+"""Private Triton code of the slot map; launched only through `triton.py`."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["num_rows", "per_row", "width"])  # run-time sizes: one compile for all
+def _paged_slots_kernel(tables_ptr, indices_ptr, out_ptr, num_rows, per_row, width, stride_t, block_size,
+                        BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < num_rows * per_row
+    row = offs // per_row
+    idx = tl.load(indices_ptr + offs, mask=live, other=-1).to(tl.int64)
+    block = tl.where(idx >= 0, idx // block_size, 0)  # floor division: idx >= 0 here
+    in_table = (idx >= 0) & (block < width)
+    page = tl.load(tables_ptr + row.to(tl.int64) * stride_t + block, mask=live & in_table, other=-1).to(tl.int64)
+    slot = tl.where(in_table & (page >= 0), page * block_size + (idx - block * block_size), -1)
+    tl.store(out_ptr + offs, slot, mask=live)
