@@ -48,7 +48,7 @@ def test_kernels_option_wins_over_the_environment_op_by_op():
 
 @pytest.mark.parametrize(("value", "expected"), [
     ("attention=fa3", "--kernels: attention='fa3': unknown backend; available for attention: ['reference', 'triton']"),
-    ("topk=triton", "--kernels: unknown op 'topk'; known ops: ['attention', 'linear', 'moe']"),
+    ("topk=triton", "--kernels: unknown op 'topk'; known ops: ['attention', 'hc', 'linear', 'moe']"),
     ("moe=cutlass", "available for moe: ['reference', 'triton', 'triton-fused', 'triton-w4a8', 'triton-repack']"),
     ("linear", "--kernels 'linear': expected op=backend[,op=backend...]"),
     (",", "--kernels ',': no op=backend given"),

@@ -3,7 +3,8 @@
 * the reference is the default everywhere (no override: every KernelSet slot is the torch twin);
 * forcing `attention=triton,moe=triton` through `LLM(..., kernel_overrides=...)` on the CPU runs the
   Triton kernels under the interpreter (the documented TRITON_INTERPRET=1 allowance, said in the
-  log) and gives the reference's greedy tokens in exact numerics;
+  log) and gives the reference's greedy tokens in exact numerics; so does forcing `hc=triton`
+  (the hyper-connection kernels) alone;
 * `mxserve verify`'s kernels stage reports those choices and compares every MoE layer;
 * unknown ops / backends are refused with the name and what is known, from the config and from
   the MXSERVE_KERNEL_OVERRIDES environment variable.
@@ -40,7 +41,7 @@ def test_reference_is_the_default(tiny_all, monkeypatch):
     llm = LLM(str(tiny_all), numerics="exact", max_model_len=64, progress=False)
     kernels = llm.engine.model.kernels
     for slot in ("route", "moe_experts", "expert_ffn", "sparse_attention", "topk", "q_norm_rope", "kv_insert",
-                 "compressor_emit", "indexer_scores_cache"):
+                 "compressor_emit", "indexer_scores_cache", "hc_pre", "hc_post", "hc_head"):
         assert getattr(kernels, slot) is getattr(REFERENCE_KERNELS, slot), slot
         assert kernels.label(slot) == "reference"
 
@@ -67,10 +68,28 @@ def test_forced_triton_moe_and_attention_match_reference_greedy_tokens(tiny_all,
     assert got == want
     # `mxserve verify`'s kernels stage sees and checks the same choices
     assert engine_selection(llm.engine.model) == {"linear": "reference", "moe": "triton",
-                                                  "moe shared expert": "reference", "attention": "triton"}
+                                                  "moe shared expert": "reference", "attention": "triton",
+                                                  "hc": "reference"}
     moe = compare_moe_layers(llm.engine.model)
     assert len(moe) == 6 and all(same for *_, same in moe)
     assert max(err for _, err, _ in moe) <= MOE_MAX_REL["exact"], moe
+
+
+@pytest.mark.skipif(ON_CPU and os.environ.get("TRITON_INTERPRET") != "1", reason="CPU needs the interpreter")
+def test_forced_triton_hc_matches_reference_greedy_tokens(tiny_all, caplog):
+    ref = LLM(str(tiny_all), numerics="exact", max_model_len=64, progress=False)
+    prompts = _prompts(ref.engine.model_config.vocab_size)[1:]  # the 4-token prompt (~0.5 s per interpreted call)
+    params = SamplingParams(max_tokens=2, temperature=0, ignore_eos=True)
+    want = [o.outputs[0].token_ids for o in ref.generate(prompts, params)]
+    with caplog.at_level(logging.INFO, logger="mxserve.engine"):
+        llm = LLM(str(tiny_all), numerics="exact", max_model_len=64, progress=False, kernel_overrides={"hc": "triton"})
+    how = "forced; TRITON_INTERPRET=1 interpreter allowance" if ON_CPU else "forced; fp64 mixes"
+    assert f"hc backend: triton ({how}" in caplog.text
+    kernels = llm.engine.model.kernels
+    assert {kernels.label(op) for op in ("hc_pre", "hc_post", "hc_head")} == {"triton"}
+    assert kernels.hc_pre is not REFERENCE_KERNELS.hc_pre and kernels.label("sparse_attention") == "reference"
+    assert engine_selection(llm.engine.model)["hc"] == "triton"
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want
 
 
 def test_unknown_backend_and_op_are_refused(monkeypatch):
@@ -83,5 +102,8 @@ def test_unknown_backend_and_op_are_refused(monkeypatch):
     assert resolve_overrides({"moe": "reference"}, env)["moe"] == "reference"  # the config wins
     with pytest.raises(ValueError, match=r"MXSERVE_KERNEL_OVERRIDES: attention='fa3': unknown backend"):
         resolve_overrides({}, {"MXSERVE_KERNEL_OVERRIDES": "attention=fa3"})
+    assert resolve_overrides({}, {"MXSERVE_KERNEL_OVERRIDES": "hc=triton"}) == {"hc": "triton"}
+    with pytest.raises(ValueError, match=r"kernel_overrides\['hc'\]='fused'.*\['reference', 'triton'\]"):
+        LLM(kernel_overrides={"hc": "fused"}, progress=False)
     with pytest.raises(ValueError, match=r"MXSERVE_KERNEL_OVERRIDES: unknown op 'topk'"):
         resolve_overrides({}, {"MXSERVE_KERNEL_OVERRIDES": "topk=triton"})

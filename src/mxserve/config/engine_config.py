@@ -31,6 +31,9 @@ KERNEL_BACKENDS: dict[str, tuple[str, ...]] = {
     # every fused attention op at once (mxserve.kernels.attention_chooser: q RMS + RoPE, window-KV
     # insert, compressor emit, indexer scores, top-k, sparse attention); off unless forced (issue 11)
     "attention": ("reference", "triton"),
+    # the hyper-connections hc_pre / hc_post / hc_head at once (mxserve.kernels.hyper_connection:
+    # fp64 mixes + Sinkhorn in 3 launches per hc_pre instead of ~140 torch ops); off unless forced
+    "hc": ("reference", "triton"),
 }
 
 

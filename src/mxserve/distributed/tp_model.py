@@ -36,7 +36,6 @@ from mxserve.kernels.linear import Weight
 from mxserve.model.attention import AttentionWeights, LayerContext, attention_heads
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.forward_batch import ForwardBatch
-from mxserve.model.hyper_connection import hc_head, hc_post, hc_pre
 from mxserve.model.kv_state import ModelCacheState
 from mxserve.model.moe import MoEWeights
 from mxserve.model.norms import rms_norm
@@ -87,16 +86,18 @@ class TensorParallelModel:
         hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
         streams = self._embed(batch.token_ids).to(sd)[:, None, :].expand(-1, cfg.hc_mult, -1).contiguous()
         for hc_attn, attn_norm, attention, hc_ffn, ffn_norm, moe, ctx in local.layers:
-            block_in, post, comb = hc_pre(streams, hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
+            kernels = ctx.kernels
+            block_in, post, comb = kernels.hc_pre(streams, hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
             heads = attention_heads(rms_norm(block_in, attn_norm, cfg.rms_norm_eps), batch, attention, ctx,
                                     state.layers[ctx.layer_id], state)
-            streams = hc_post(self._output_projection(heads, attention, ctx), streams, post, comb)
-            block_in, post, comb = hc_pre(streams, hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
+            streams = kernels.hc_post(self._output_projection(heads, attention, ctx), streams, post, comb)
+            block_in, post, comb = kernels.hc_pre(streams, hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
             out = self._moe(rms_norm(block_in, ffn_norm, cfg.rms_norm_eps), batch.token_ids, moe)
-            streams = hc_post(out, streams, post, comb)
+            streams = kernels.hc_post(out, streams, post, comb)
         if batch.logits_rows is not None:
             streams = streams[batch.logits_rows]
-        hidden = rms_norm(hc_head(streams, *local.hc_head_weights, **hc_args), local.final_norm, cfg.rms_norm_eps)
+        hidden = rms_norm(local.kernels.hc_head(streams, *local.hc_head_weights, **hc_args), local.final_norm,
+                          cfg.rms_norm_eps)
         return self.groups.all_gather_last_dim(local.kernels.linear(hidden, local.head))
 
     def _embed(self, token_ids: torch.Tensor) -> torch.Tensor:

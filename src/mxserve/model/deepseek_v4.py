@@ -29,7 +29,7 @@ from mxserve.model.compressor import CompressorWeights
 from mxserve.model.decode_attention import decode_attention_heads
 from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry
 from mxserve.model.forward_batch import ForwardBatch
-from mxserve.model.hyper_connection import HyperConnectionWeights, hc_head, hc_post, hc_pre
+from mxserve.model.hyper_connection import HyperConnectionWeights
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import ModelCacheState
 from mxserve.model.moe import MoEWeights, moe_forward
@@ -207,15 +207,16 @@ class DeepseekV4Model:
         hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
         streams = self.embed[token_ids].to(sd)[:, None, :].expand(-1, cfg.hc_mult, -1).contiguous()
         for hc_attn, attn_norm, attention, hc_ffn, ffn_norm, moe, ctx in self.layers:
-            block_in, post, comb = hc_pre(streams, hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
+            kernels = ctx.kernels
+            block_in, post, comb = kernels.hc_pre(streams, hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
             out = attend(rms_norm(block_in, attn_norm, cfg.rms_norm_eps), attention, ctx)
-            streams = hc_post(out, streams, post, comb)
-            block_in, post, comb = hc_pre(streams, hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
+            streams = kernels.hc_post(out, streams, post, comb)
+            block_in, post, comb = kernels.hc_pre(streams, hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
             out = moe_forward(rms_norm(block_in, ffn_norm, cfg.rms_norm_eps), token_ids, moe, cfg, self.policy,
                               self.kernels)
             if after_moe is not None:
                 after_moe(ctx, out)
-            streams = hc_post(out, streams, post, comb)
+            streams = kernels.hc_post(out, streams, post, comb)
             if after_layer is not None:
                 after_layer(ctx, streams)
         return streams
@@ -223,5 +224,6 @@ class DeepseekV4Model:
     def _logits(self, streams: torch.Tensor) -> torch.Tensor:
         cfg = self.config
         hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
-        hidden = rms_norm(hc_head(streams, *self.hc_head_weights, **hc_args), self.final_norm, cfg.rms_norm_eps)
+        hidden = rms_norm(self.kernels.hc_head(streams, *self.hc_head_weights, **hc_args), self.final_norm,
+                          cfg.rms_norm_eps)
         return self.kernels.linear(hidden, self.head)

@@ -1,65 +1,16 @@
-"""Manifold-constrained hyper-connections (mHC, spec §3.3 and §3.6), all mixing math in fp32.
+"""Manifold-constrained hyper-connections (mHC, spec §3.3 and §3.6), as the model names them.
 
-The residual is `hc_mult` parallel streams [T, hc, D]. Before a block, `hc_pre` collapses them
-into the block input with learned per-token weights and also returns `post` (how the block output
-is spread back) and `comb` (a Sinkhorn-normalised hc×hc mix of the old streams). `hc_post`
-applies them: X'_j = post_j·F + Σ_i comb_ij·X_i — a sum over the FIRST index (combᵀ @ X);
-comb is doubly stochastic but not symmetric, so the transpose matters.
+The math (one copy, the spec) lives in `mxserve.kernels.hyper_connection.reference`; this module
+re-exports it under the model's names so existing imports keep working. The model itself calls
+the ops through its KernelSet (`kernels.hc_pre`, `kernels.hc_post`, `kernels.hc_head`), whose
+defaults are these twins; the Triton backend is chosen at load (op "hc").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from mxserve.kernels.hyper_connection.reference import HyperConnectionWeights
+from mxserve.kernels.hyper_connection.reference import hc_head_ref as hc_head
+from mxserve.kernels.hyper_connection.reference import hc_post_ref as hc_post
+from mxserve.kernels.hyper_connection.reference import hc_pre_ref as hc_pre
 
-import torch
-
-
-@dataclass(frozen=True)
-class HyperConnectionWeights:
-    fn: torch.Tensor  # [(2 + hc) * hc, hc * D] fp32
-    base: torch.Tensor  # [(2 + hc) * hc] fp32
-    scale: torch.Tensor  # [3] fp32
-
-
-def _mixes(streams: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor:
-    flat = streams.flatten(1).float()  # [T, hc*D]
-    rho = torch.rsqrt(flat.double().square().mean(-1, keepdim=True) + eps).float()
-    # fp64 accumulation keeps each token's mixes independent of the batch (see kernels/linear)
-    return ((flat * rho).double() @ fn.double().t()).float()
-
-
-def hc_pre(
-    streams: torch.Tensor, w: HyperConnectionWeights, *, hc_eps: float, rms_eps: float, sinkhorn_iters: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """streams [T, hc, D] → (block input [T, D] in streams' dtype, post [T, hc], comb [T, hc, hc] fp32)."""
-    hc = streams.shape[1]
-    # fp64 for the tiny [T, 24] weight math: fp32 sigmoid/softmax on a few elements take the
-    # scalar tail path, so their last bit would depend on the number of tokens.
-    m = _mixes(streams, w.fn, rms_eps).double()
-    pre_m, post_m, comb_m = m.split([hc, hc, hc * hc], dim=-1)
-    pre_b, post_b, comb_b = w.base.double().split([hc, hc, hc * hc])
-    scale = w.scale.double()
-    pre = torch.sigmoid(pre_m * scale[0] + pre_b) + hc_eps
-    post = 2 * torch.sigmoid(post_m * scale[1] + post_b)
-    comb = torch.softmax((comb_m * scale[2] + comb_b).view(-1, hc, hc), dim=-1) + hc_eps
-    comb = comb / (comb.sum(dim=-2, keepdim=True) + hc_eps)  # column normalise once
-    for _ in range(sinkhorn_iters - 1):
-        comb = comb / (comb.sum(dim=-1, keepdim=True) + hc_eps)  # rows
-        comb = comb / (comb.sum(dim=-2, keepdim=True) + hc_eps)  # columns
-    block_input = (pre.unsqueeze(-1) * streams.double()).sum(dim=1).to(streams.dtype)
-    return block_input, post.float(), comb.float()
-
-
-def hc_post(block_out: torch.Tensor, streams: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
-    """X'_j = post_j · F + Σ_i comb_ij · X_i (fp32 math, streams' dtype out)."""
-    mixed = torch.einsum("tij,tid->tjd", comb.double(), streams.double())  # fp64: batch-size independent
-    return (post.double().unsqueeze(-1) * block_out.double().unsqueeze(1) + mixed).to(streams.dtype)
-
-
-def hc_head(
-    streams: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, *, hc_eps: float, rms_eps: float
-) -> torch.Tensor:
-    """The final collapse (HyperHead): pre weights only, no Sinkhorn, no post."""
-    m = _mixes(streams, fn, rms_eps).double()
-    pre = torch.sigmoid(m * scale.double()[0] + base.double()) + hc_eps
-    return (pre.unsqueeze(-1) * streams.double()).sum(dim=1).to(streams.dtype)
+__all__ = ["HyperConnectionWeights", "hc_head", "hc_post", "hc_pre"]

@@ -3,11 +3,11 @@
 Here, below the distributed layer, so the single-process engine and every tensor-parallel rank
 (over its own shards) choose with the same code. Linear: `choose_linear_per_layer` (one
 `choose_linear` per weight) and `linear_dispatch_set` (the `LinearDispatcher` slots); the engine
-decides whether linear runs per layer at all (`build_engine_model`). MoE and
-attention: `with_moe_and_attention`, the other two chooser-driven ops with the same front door (`EngineConfig.kernel_overrides`, else
-`MXSERVE_KERNEL_OVERRIDES="moe=triton,attention=triton"`) and the same rule: the reference is the
-default, a forced Triton backend is chosen per layer where it can implement the layer, and each
-choice is logged with its reason.
+decides whether linear runs per layer at all (`build_engine_model`). MoE, attention and the
+hyper-connections: `with_moe_and_attention`, the other chooser-driven ops with the same front door
+(`EngineConfig.kernel_overrides`, else `MXSERVE_KERNEL_OVERRIDES="moe=triton,attention=triton,hc=triton"`)
+and the same rule: the reference is the default, a forced Triton backend is chosen per layer where
+it can implement the layer, and each choice is logged with its reason.
 
 * moe: `choose_moe` per layer (`MoESpec` of that layer's experts). When every layer picks one
   backend its slots are used directly; otherwise `MoEDispatcher` maps each layer's gate / expert
@@ -15,6 +15,7 @@ choice is logged with its reason.
   first use (`kernels.moe.experts.stacked_for`): the startup line says so, because it doubles the
   routed-expert memory until the loader stacks once at load.
 * attention: one `choose_attention` for the model (every fused attention op of issue 11 at once).
+* hc: one `choose_hc` for the model (the hc_pre / hc_post / hc_head slots at once).
 
 Interpreter allowance: the Triton candidates refuse a non-CUDA platform. With `TRITON_INTERPRET=1`
 on the CPU (the test suite), a *forced* Triton backend is allowed anyway, its `can_implement`
@@ -34,6 +35,13 @@ import torch
 from mxserve.config import ModelConfig
 from mxserve.kernels.attention_chooser import AttentionSpec, TritonAttention, attention_ops, choose_attention
 from mxserve.kernels.chooser import Choice, LinearDispatcher, LinearSpec, Platform, choose_linear
+from mxserve.kernels.hyper_connection import (
+    HC_BACKENDS,
+    HyperConnectionSpec,
+    TritonHyperConnection,
+    choose_hc,
+    hc_ops,
+)
 from mxserve.kernels.moe.chooser import MOE_BACKENDS, MoESpec, TritonMoE, choose_moe, moe_kernel_slots
 from mxserve.kernels.moe.experts import packed_or_none
 from mxserve.kernels.moe.reference import route_ref
@@ -119,6 +127,16 @@ def choose_model_attention(model, platform: Platform, forced: str | None, max_mo
     return _with_allowance(choice, forced, TritonAttention(True), spec, platform)
 
 
+# ---------------------------------------------------------------------------------------------- hc
+def choose_model_hc(model, platform: Platform, forced: str | None) -> Choice:
+    check_backend("hc", forced, HC_BACKENDS)
+    cfg = model.config
+    spec = HyperConnectionSpec(hc_mult=cfg.hc_mult, hidden_size=cfg.hidden_size,
+                               stream_dtype=str(model.policy.stream_dtype).removeprefix("torch."))
+    choice = _short_default(choose_hc(spec, platform, forced=forced), forced, "hc")
+    return _with_allowance(choice, forced, TritonHyperConnection(True), spec, platform)
+
+
 # ---------------------------------------------------------------------------------------------- moe
 class MoEDispatcher:
     """Per-layer MoE backends behind the `route` / `moe_experts` slot signatures.
@@ -191,7 +209,7 @@ def _shared_backend(model, moe_backends: set[str], linear_forced: str | None) ->
 # ---------------------------------------------------------------------------------------------- the set
 def with_moe_and_attention(model, base: KernelSet, *, device: torch.device, overrides: Mapping[str, str],
                            max_model_len: int) -> KernelSet:
-    """`base` (the linear choices) plus the chosen MoE and attention slots; logs each choice once."""
+    """`base` (the linear choices) plus the chosen MoE, attention and hc slots; logs each choice once."""
     platform = Platform.probe(device)
     slots: dict[str, Callable] = {}
     labels = dict(base.labels)
@@ -201,6 +219,12 @@ def with_moe_and_attention(model, base: KernelSet, *, device: torch.device, over
     attention_slots = attention_ops(attention.backend)  # empty for the reference: keep the defaults
     slots.update(attention_slots)
     labels.update({op: attention.backend for op in attention_slots})
+
+    hc = choose_model_hc(model, platform, overrides.get("hc"))
+    logger.info("hc backend: %s (%s)", hc.backend, hc.reason)
+    hc_slots = hc_ops(hc.backend)  # empty for the reference: keep the defaults
+    slots.update(hc_slots)
+    labels.update({op: hc.backend for op in hc_slots})
 
     moe_choices = choose_model_moe(model, platform, overrides.get("moe"))
     backends = {name: c.backend for name, c in moe_choices.items()}

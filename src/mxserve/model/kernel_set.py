@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from mxserve.kernels.compressor import compress_pool_ref
+from mxserve.kernels.hyper_connection import hc_head_ref, hc_post_ref, hc_pre_ref
 from mxserve.kernels.indexer import indexer_scores_ref
 from mxserve.kernels.linear import grouped_linear_ref, linear_ref
 from mxserve.kernels.moe import expert_ffn_ref, moe_experts_ref, route_ref
@@ -42,6 +43,11 @@ class KernelSet:
     # read through the cache), so swapping those single ops keeps working:
     compressor_emit: Callable | None = None  # pooling + norm + RoPE + encode + insert of entries
     indexer_scores_cache: Callable | None = None  # indexer scores against keys in the paged cache
+    # manifold-constrained hyper-connections (twins in mxserve.kernels.hyper_connection.reference,
+    # chosen by mxserve.kernels.hyper_connection.chooser, override op "hc")
+    hc_pre: Callable = hc_pre_ref  # streams [T, hc, D] -> (block input, post, comb)
+    hc_post: Callable = hc_post_ref  # (block out, streams, post, comb) -> new streams
+    hc_head: Callable = hc_head_ref  # the final collapse streams -> [T, D]
     labels: Mapping[str, str] = field(default_factory=dict)  # op -> backend description ("reference" if absent)
 
     def label(self, op: str) -> str:

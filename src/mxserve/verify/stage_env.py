@@ -41,6 +41,8 @@ def selected_backends(device: str) -> dict[str, str]:
         selected["moe"] = f"{forced['moe']} per layer where it fits (forced), reference elsewhere"
     if forced.get("attention", "reference") != "reference":
         selected["attention"] = "triton where it fits (forced; CUDA, or the interpreter under TRITON_INTERPRET=1)"
+    if forced.get("hc", "reference") != "reference":
+        selected["hc"] = "triton where it fits (forced; CUDA, or the interpreter under TRITON_INTERPRET=1)"
     return selected
 
 

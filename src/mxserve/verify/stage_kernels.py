@@ -32,9 +32,9 @@ def engine_selection(model) -> dict[str, str]:
     """The backend behind each chooser-driven op of the served model (from its KernelSet labels)."""
     k = getattr(model, "kernels", None)
     if k is None:  # parallel ranks (RemoteModel): the references; overrides are refused there
-        return {"linear": "reference", "moe": "reference", "attention": "reference"}
+        return {"linear": "reference", "moe": "reference", "attention": "reference", "hc": "reference"}
     return {"linear": k.label("linear"), "moe": k.label("moe_experts"), "moe shared expert": k.label("expert_ffn"),
-            "attention": k.label("sparse_attention")}
+            "attention": k.label("sparse_attention"), "hc": k.label("hc_pre")}
 
 
 def compare_moe_layers(model, *, seed: int = 0) -> list[tuple[str, float, bool]]:

@@ -26,7 +26,7 @@ from mxserve.kernels.moe import ExpertWeights
 from mxserve.model.attention import AttentionWeights
 from mxserve.model.dspark.attention import draft_block_attention
 from mxserve.model.dspark.windows import DraftWindows
-from mxserve.model.hyper_connection import HyperConnectionWeights, hc_head, hc_post, hc_pre
+from mxserve.model.hyper_connection import HyperConnectionWeights
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import ModelCacheState, Pool
 from mxserve.model.moe import MoEWeights, moe_forward
@@ -146,19 +146,20 @@ class DSparkDraft:
 
         hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
         streams = self.embed[tokens].to(sd)[:, None, :].expand(-1, cfg.hc_mult, -1).contiguous()
+        kernels = self.kernels
         for s, stage in enumerate(self.stages):
-            block_in, post, comb = hc_pre(streams, stage.hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
+            block_in, post, comb = kernels.hc_pre(streams, stage.hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
             out = draft_block_attention(
                 rms_norm(block_in, stage.attn_norm, cfg.rms_norm_eps), positions, stage.attention, block_width=k,
                 window_cache=windows[s], window_slots=window_slots, config=cfg, policy=self.policy,
                 kernels=self.kernels, inv_freq=self.inv_freq,
             )
-            streams = hc_post(out, streams, post, comb)
-            block_in, post, comb = hc_pre(streams, stage.hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
+            streams = kernels.hc_post(out, streams, post, comb)
+            block_in, post, comb = kernels.hc_pre(streams, stage.hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
             out = moe_forward(rms_norm(block_in, stage.ffn_norm, cfg.rms_norm_eps), tokens, stage.moe, cfg,
                               self.policy, self.kernels)
-            streams = hc_post(out, streams, post, comb)
-        hidden = rms_norm(hc_head(streams, *self.hc_head_weights, **hc_args), self.final_norm, cfg.rms_norm_eps)
+            streams = kernels.hc_post(out, streams, post, comb)
+        hidden = rms_norm(kernels.hc_head(streams, *self.hc_head_weights, **hc_args), self.final_norm, cfg.rms_norm_eps)
         return self.kernels.linear(hidden, self.head).view(num_seqs, k, -1)
 
     # ------------------------------------------------------------------ Markov correction

@@ -1,0 +1,260 @@
+"""Private Triton code of the hyper-connection ops; launched only through `triton.py`.
+
+Four kernels, each mirroring one stretch of the torch twins (`reference.py`) rounding point by
+rounding point:
+
+* `_hc_sumsq_kernel` — per token, the fp64 sum of squares of its flattened streams over one
+  K-split (`SPLIT_K` elements of hc·D) → partials [T, S] fp64.
+* `_hc_mix_kernel` — per (token block, K-split): sums that token's S partials (one [BLOCK_T, S]
+  tile, a fixed reduction tree), rho = fp32(1 / sqrt(sum / K + eps)) (the twin's mean divides
+  by K on the CPU; CUDA torch multiplies by 1/K, the same bits for the power-of-two K of Flash
+  and the default model; its rsqrt is 1/sqrt on the CPU), then the fp32 product x·rho (rounded
+  to fp32 BEFORE the matmul, as the twin) times fn in fp64 over the split, all of the split's
+  steps unrolled so their loads are in flight together → partial mixes [T, S, N] fp64.
+  fp32·fp32 products are exact in fp64, so an FMA changes nothing here.
+* `_hc_finish_kernel` — per (token block, D-block): the S mix partials summed (one tile per
+  use, a fixed tree) and rounded once to fp32 (the twin's `.float()`), pre = sigmoid(m·s0 + b)
+  + eps in fp64, the block input Σ_i pre_i·X_i in fp64 in stream order (i = 0, 1, ...), from +0
+  and without FMA (the twin materialises each product), rounded fp64 → fp32 →
+  stream dtype (torch's double → bfloat16 cast goes through float too). With `WITH_POST` (off
+  for `hc_head`) one more program per token block (the grid's last column) does post =
+  2·sigmoid(·) and the softmax + Sinkhorn of comb in fp64 ([BLOCK_T, hc, hc] in registers)
+  beside the block-input programs, and stores both as fp32.
+* `_hc_post_kernel` — per (token, D-block): X'_j = post_j·F + Σ_i comb_ij·X_i in fp64, the sum
+  over i in order from +0, rounded like the block input. Every product is exact in fp64 (fp32
+  weights times bf16/fp32 values), so only the order of the five additions could differ from
+  the twin's BLAS (sequential over the 4-long contraction on the CPU).
+
+Why the results equal the twin's bits "in practice" and not by construction: the fp64 sums
+(sum of squares, the mixes' K = hc·D terms, the 4-element softmax/Sinkhorn sums) run in another
+order than torch's, and the transcendentals (exp) differ between libdevice, Sleef (CPU torch)
+and numpy (the interpreter) by an fp64 ulp or so. Each such value is rounded once to fp32 (or
+bf16), and a difference of d fp64 ulps changes that rounding only when the exact value lies
+within d·2^-53 (relative) of an fp32 rounding boundary: probability ≈ d·2^-29 per value. The
+mixes are the worst case: the two summation orders of K products differ by ~√K·2^-53 relative
+to the mix (random-walk rounding), so a mix flips one fp32 ulp with probability ≈ √K·2^-29:
+≈ 2^-24 at the default model (K = 1024), ≈ 2^-22 at Flash (K = 16384), i.e. ~2e-7 per mix
+(measured in torch: 0 of 98304 Flash-shape fp32 mixes differ between BLAS order and a 64-split
+order); then the downstream values differ by that ulp's effect and are otherwise the same math.
+The twin's own bits move the same way between CPU and CUDA torch (BLAS orders, Sleef vs
+libdevice exp). A
+token's result never depends on the other tokens: the split sizes, token blocks and every
+reduction order are fixed by constexprs that are functions of (hc, D) only, never of T.
+
+fp64 transcendentals: on the GPU the libdevice `exp` (the function CUDA torch's `std::exp(double)`
+compiles to; Triton 3.9 inlines the same for `tl.exp` on fp64, but the device runs 3.6, so it is
+called explicitly); the interpreter cannot call libdevice and uses `tl.exp` (numpy). sigmoid is
+written as 1 / (1 + exp(-x)), torch's formula on both CPU and CUDA. `sqrt` and `/` on fp64 are
+IEEE (sqrt.rn.f64, div.rn.f64). The epsilons are constexprs turned into fp64 with `tl.full`:
+a Python float kernel argument is an fp32 parameter on the GPU (1e-6 would lose its low bits)
+while the interpreter keeps it fp64, so the two would disagree.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from mxserve.kernels.attention_ops._cache_jit import round_bf16
+
+
+@triton.jit
+def _exp_f64(x, USE_LIBDEVICE: tl.constexpr):
+    if USE_LIBDEVICE:
+        return libdevice.exp(x)
+    return tl.exp(x)
+
+
+@triton.jit
+def _sqrt_f64(x, USE_LIBDEVICE: tl.constexpr):
+    if USE_LIBDEVICE:
+        return libdevice.sqrt_rn(x)
+    return tl.sqrt(x)
+
+
+@triton.jit
+def _sigmoid_f64(x, USE_LIBDEVICE: tl.constexpr):
+    """torch's sigmoid formula in fp64: 1 / (1 + exp(-x))."""
+    return 1.0 / (1.0 + _exp_f64(-x, USE_LIBDEVICE))
+
+
+@triton.jit
+def _store_rounded(ptr, acc, mask, OUT_BF16: tl.constexpr):
+    """fp64 → fp32 → the output dtype (torch rounds double → bfloat16 through float as well)."""
+    v = acc.to(tl.float32)
+    if OUT_BF16:
+        v = round_bf16(v)  # exact bf16 value: the cast below is exact (the interpreter's truncates)
+    tl.store(ptr, v.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=["T"])  # run-time sizes: one compile for every batch
+def _hc_sumsq_kernel(
+    x_ptr, sumsq_ptr, T, K, stride_xt,
+    NUM_SPLITS: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    split = tl.program_id(1)
+    t_mask = offs_t < T
+    rows = x_ptr + offs_t.to(tl.int64)[:, None] * stride_xt
+    acc = tl.zeros((BLOCK_T, BLOCK_K), dtype=tl.float64)
+    for k0 in tl.static_range(0, SPLIT_K, BLOCK_K):
+        offs_k = split * SPLIT_K + k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(rows + offs_k[None, :], mask=t_mask[:, None] & (offs_k < K)[None, :], other=0.0)
+        x = x.to(tl.float32).to(tl.float64)
+        acc += x * x  # exact squares
+    tl.store(sumsq_ptr + offs_t * NUM_SPLITS + split, tl.sum(acc, axis=1), mask=t_mask)
+
+
+@triton.jit(do_not_specialize=["T"])
+def _hc_mix_kernel(
+    x_ptr, fn_ptr, sumsq_ptr, mix_ptr, T, K, N, stride_xt, stride_fn,
+    RMS_EPS: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, SPLIT_K: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_LIBDEVICE: tl.constexpr,
+):
+    offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    split = tl.program_id(1)
+    t_mask = offs_t < T
+    # rho of each token: the sum of its sum-of-squares partials (one tile, a fixed reduction
+    # tree), mean, + eps, 1/sqrt, → fp32
+    splits = tl.arange(0, SPLITS_PAD)
+    ss = tl.sum(tl.load(sumsq_ptr + offs_t[:, None] * NUM_SPLITS + splits[None, :],
+                        mask=t_mask[:, None] & (splits < NUM_SPLITS)[None, :], other=0.0), axis=1)
+    rho = (1.0 / _sqrt_f64(ss / K + tl.full([], RMS_EPS, tl.float64), USE_LIBDEVICE)).to(tl.float32)
+
+    # x as [BLOCK_T, 1, BLOCK_K] and fn as [1, BLOCK_N, BLOCK_K]: loaded straight into the 3-D
+    # product's layout (2-D loads expanded afterwards cost a shared-memory round trip and a
+    # barrier per step, which also kept the unrolled steps' loads from overlapping)
+    offs_n = tl.arange(0, BLOCK_N)[None, :, None]
+    n_mask = offs_n < N
+    t3 = offs_t[:, None, None]
+    rows = x_ptr + t3.to(tl.int64) * stride_xt
+    rho3 = rho[:, None, None]
+    acc = tl.zeros((BLOCK_T, BLOCK_N, BLOCK_K), dtype=tl.float64)
+    for k0 in tl.static_range(0, SPLIT_K, BLOCK_K):
+        offs_k = split * SPLIT_K + k0 + tl.arange(0, BLOCK_K)[None, None, :]
+        k_mask = offs_k < K
+        x = tl.load(rows + offs_k, mask=(t3 < T) & k_mask, other=0.0).to(tl.float32)
+        xr = (x * rho3).to(tl.float64)  # the twin's fp32 (flat * rho), then .double()
+        w = tl.load(fn_ptr + offs_n * stride_fn + offs_k, mask=n_mask & k_mask, other=0.0).to(tl.float32)
+        acc += xr * w.to(tl.float64)  # exact products, fp64 sums
+    offs_n = tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    out = mix_ptr + (offs_t[:, None] * NUM_SPLITS + split) * N + offs_n[None, :]
+    tl.store(out, tl.sum(acc, axis=2), mask=t_mask[:, None] & n_mask[None, :])
+
+
+@triton.jit
+def _mix_values_2d(mix_ptr, offs, mask, N, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr):
+    """The mixes at `offs` [A, B] (token·S·N + mix index): each one's S split partials loaded as
+    one [A, S, B] tile and summed (a fixed reduction tree), rounded once to fp32 (the twin's
+    `.float()` of the fp64 matmul), returned as fp64 (its `.double()`)."""
+    s = tl.arange(0, SPLITS_PAD)[None, :, None]
+    part = tl.load(mix_ptr + offs[:, None, :] + s * N, mask=mask[:, None, :] & (s < NUM_SPLITS), other=0.0)
+    return tl.sum(part, axis=1).to(tl.float32).to(tl.float64)
+
+
+@triton.jit
+def _mix_values_3d(mix_ptr, offs, mask, N, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr):
+    """`_mix_values_2d` for offs [A, B, C] (one [A, S, B, C] tile)."""
+    s = tl.arange(0, SPLITS_PAD)[None, :, None, None]
+    part = tl.load(mix_ptr + offs[:, None, :, :] + s * N, mask=mask[:, None, :, :] & (s < NUM_SPLITS), other=0.0)
+    return tl.sum(part, axis=1).to(tl.float32).to(tl.float64)
+
+
+@triton.jit
+def _post_and_comb(mix_ptr, base_ptr, scale_ptr, post_ptr, comb_ptr, offs_t, t_mask, mix_row, N, iters,
+                   HC: tl.constexpr, HC_PAD: tl.constexpr, HC_EPS: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                   SPLITS_PAD: tl.constexpr, USE_LIBDEVICE: tl.constexpr):
+    """post [BLOCK_T, HC] = 2·sigmoid(m·s1 + b) and comb [BLOCK_T, HC, HC] = Sinkhorn(softmax_j(m·s2 + b)
+    + eps), fp64, stored as fp32. Padding lanes (HC < HC_PAD) and tokens past T are 0 through
+    every step and never stored. comb[t, i, j]: i (axis 1) the old stream, j (axis 2) the new one."""
+    eps = tl.full([], HC_EPS, tl.float64)
+    lanes = tl.arange(0, HC_PAD)
+    lane_ok = lanes < HC
+    ok2 = t_mask[:, None] & lane_ok[None, :]
+    s1 = tl.load(scale_ptr + 1).to(tl.float64)
+    s2 = tl.load(scale_ptr + 2).to(tl.float64)
+    pm = _mix_values_2d(mix_ptr, mix_row[:, None] + HC + lanes[None, :], ok2, N, NUM_SPLITS, SPLITS_PAD)
+    pb = tl.load(base_ptr + HC + lanes, mask=lane_ok, other=0.0).to(tl.float64)
+    post = 2.0 * _sigmoid_f64(pm * s1 + pb[None, :], USE_LIBDEVICE)
+    tl.store(post_ptr + offs_t[:, None] * HC + lanes[None, :], post.to(tl.float32), mask=ok2)
+
+    ij = lanes[:, None] * HC + lanes[None, :]
+    ok_ij = lane_ok[:, None] & lane_ok[None, :]
+    ok3 = t_mask[:, None, None] & ok_ij[None, :, :]
+    cm = _mix_values_3d(mix_ptr, mix_row[:, None, None] + 2 * HC + ij[None, :, :], ok3, N, NUM_SPLITS, SPLITS_PAD)
+    cb = tl.load(base_ptr + 2 * HC + ij, mask=ok_ij, other=0.0).to(tl.float64)
+    logits = tl.where(ok3, cm * s2 + cb[None, :, :], float("-inf"))
+    row_max = tl.where(ok2, tl.max(logits, axis=2), 0.0)  # padding rows: 0, not -inf - -inf
+    e = tl.where(ok3, _exp_f64(logits - row_max[:, :, None], USE_LIBDEVICE), 0.0)
+    row_sum = tl.where(ok2, tl.sum(e, axis=2), 1.0)
+    comb = tl.where(ok3, e / row_sum[:, :, None] + eps, 0.0)  # softmax over j, + eps
+    comb = comb / (tl.sum(comb, axis=1)[:, None, :] + eps)  # column normalise once
+    for _ in range(1, iters):
+        comb = comb / (tl.sum(comb, axis=2)[:, :, None] + eps)  # rows
+        comb = comb / (tl.sum(comb, axis=1)[:, None, :] + eps)  # columns
+    tl.store(comb_ptr + offs_t[:, None, None] * (HC * HC) + ij[None, :, :], comb.to(tl.float32), mask=ok3)
+
+
+@triton.jit(do_not_specialize=["T"])
+def _hc_finish_kernel(
+    x_ptr, mix_ptr, base_ptr, scale_ptr, out_ptr, post_ptr, comb_ptr,
+    T, D, N, iters, stride_xt, stride_xh, stride_ot,
+    HC: tl.constexpr, HC_PAD: tl.constexpr, HC_EPS: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WITH_POST: tl.constexpr, OUT_BF16: tl.constexpr,
+    USE_LIBDEVICE: tl.constexpr,
+):
+    offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_mask = offs_t < T
+    pid_d = tl.program_id(1)
+    lanes = tl.arange(0, HC_PAD)
+    lane_ok = lanes < HC
+    mix_row = offs_t * (NUM_SPLITS * N)
+    if pid_d < tl.cdiv(D, BLOCK_D):
+        # pre = sigmoid(m[:HC]·s0 + b[:HC]) + eps (fp64)  [BLOCK_T, HC_PAD]
+        pm = _mix_values_2d(mix_ptr, mix_row[:, None] + lanes[None, :], t_mask[:, None] & lane_ok[None, :], N,
+                            NUM_SPLITS, SPLITS_PAD)
+        pb = tl.load(base_ptr + lanes, mask=lane_ok, other=0.0).to(tl.float64)
+        s0 = tl.load(scale_ptr).to(tl.float64)
+        pre = _sigmoid_f64(pm * s0 + pb[None, :], USE_LIBDEVICE) + tl.full([], HC_EPS, tl.float64)
+        # block input: Σ_i pre_i·X_i in stream order from +0 (pre_i picked exactly: x + -0.0 == x)
+        offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+        t64 = offs_t.to(tl.int64)
+        tile = t_mask[:, None] & (offs_d < D)[None, :]
+        rows = x_ptr + t64[:, None] * stride_xt + offs_d[None, :]
+        acc = tl.zeros((BLOCK_T, BLOCK_D), dtype=tl.float64)
+        for i in tl.static_range(HC):
+            pre_i = tl.sum(tl.where(lanes[None, :] == i, pre, -0.0), axis=1)
+            x = tl.load(rows + i * stride_xh, mask=tile, other=0.0).to(tl.float32).to(tl.float64)
+            acc += pre_i[:, None] * x
+        _store_rounded(out_ptr + t64[:, None] * stride_ot + offs_d[None, :], acc, tile, OUT_BF16)
+    elif WITH_POST:
+        # the one extra program per token block (the launcher's last grid column): post and comb,
+        # beside the block-input programs rather than after one of them
+        _post_and_comb(mix_ptr, base_ptr, scale_ptr, post_ptr, comb_ptr, offs_t, t_mask, mix_row, N, iters,
+                       HC, HC_PAD, HC_EPS, NUM_SPLITS, SPLITS_PAD, USE_LIBDEVICE)
+
+
+@triton.jit(do_not_specialize=["T"])
+def _hc_post_kernel(
+    f_ptr, x_ptr, post_ptr, comb_ptr, out_ptr, T, D,
+    stride_ft, stride_xt, stride_xh, stride_ot, stride_oh,
+    HC: tl.constexpr, HC_PAD: tl.constexpr, BLOCK_D: tl.constexpr, OUT_BF16: tl.constexpr,
+):
+    t = tl.program_id(0)
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    d_mask = offs_d < D
+    lanes = tl.arange(0, HC_PAD)  # j, the output stream
+    lane_ok = lanes < HC
+    t64 = t.to(tl.int64)
+    f = tl.load(f_ptr + t64 * stride_ft + offs_d, mask=d_mask, other=0.0).to(tl.float32).to(tl.float64)
+    post = tl.load(post_ptr + t * HC + lanes, mask=lane_ok, other=0.0).to(tl.float64)
+    mixed = tl.zeros((HC_PAD, BLOCK_D), dtype=tl.float64)
+    for i in tl.static_range(HC):  # Σ_i comb_ij·X_i, i in order (combᵀ @ X)
+        c = tl.load(comb_ptr + t * (HC * HC) + i * HC + lanes, mask=lane_ok, other=0.0).to(tl.float64)
+        x = tl.load(x_ptr + t64 * stride_xt + i * stride_xh + offs_d, mask=d_mask, other=0.0)
+        mixed += c[:, None] * x.to(tl.float32).to(tl.float64)[None, :]
+    out = post[:, None] * f[None, :] + mixed
+    ptrs = out_ptr + t64 * stride_ot + lanes[:, None] * stride_oh + offs_d[None, :]
+    _store_rounded(ptrs, out, lane_ok[:, None] & d_mask[None, :], OUT_BF16)

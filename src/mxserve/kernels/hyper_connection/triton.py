@@ -1,0 +1,203 @@
+"""Triton launchers of the hyper-connection ops: `hc_pre_triton`, `hc_post_triton`, `hc_head_triton`.
+
+The same signatures and contracts as the twins in `reference.py`, and the same bits in practice
+(`_hc_kernel.py` says where the fp64 summation orders differ from torch's and why that rounds to
+the same fp32 / bf16 values except with probability ~2^-22 per value).
+Launches per call: hc_pre 3 (sums of squares, partial mixes, finish: block input + post/comb with
+the whole Sinkhorn in registers), hc_head 3 (the same without post/comb), hc_post 1. Every launch
+parameter is a function of (hc, D, number of mixes) only, never of the token count, so a token's
+result does not depend on the batch; nothing here reads a device value on the host (CUDA-graph
+capture). Runs on CUDA tensors, or anywhere under TRITON_INTERPRET=1 (the test suite).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+
+from mxserve.kernels.hyper_connection._hc_kernel import (
+    _hc_finish_kernel,
+    _hc_mix_kernel,
+    _hc_post_kernel,
+    _hc_sumsq_kernel,
+)
+from mxserve.kernels.hyper_connection.chooser import MAX_HC
+from mxserve.kernels.hyper_connection.reference import HyperConnectionWeights
+
+STREAM_DTYPES = (torch.float32, torch.bfloat16)
+
+# --- launch parameters: fixed, or functions of (hc, D, N) only (batch invariance) --------------
+SPLIT_K = 256  # flattened stream elements (of hc·D) per K-split of the sums of squares and the mixes
+SUMSQ_BLOCK_T, SUMSQ_BLOCK_K = 4, 128  # tokens x elements per step of the sum of squares
+MIX_BLOCK_T = 4  # tokens per mix program (they share each fn tile load)
+MIX_TILE = 2048  # fp64 accumulators per mix program: BLOCK_T x BLOCK_N x BLOCK_K (8 a thread)
+# The interpreter's cost is per operation, not per element: fewer, longer steps over the split
+# (another fixed order of the fp64 sums, as batch invariant; tests run the GPU tile too)
+INTERPRETER_MIX_TILE = 16384
+FINISH_BLOCK_T = 4  # tokens per finish program (the Sinkhorn runs on a [4, hc, hc] tile)
+BLOCK_D = 512  # hidden channels per finish / hc_post program
+# warps per kernel: the mix program's [4, 32, 16] fp64 tile and its 16 unrolled steps' loads fit
+# 8 warps without spills (sm90_compile.py); the others are small
+NUM_WARPS = {"sumsq": 4, "mix": 8, "finish": 4, "post": 4}
+# FMA contraction: only where every product is exact in fp64 (it cannot change a bit there); the
+# finish kernel's pre_i·X_i is not, and the twins never fuse
+FP_FUSION = {"sumsq": True, "mix": True, "finish": False, "post": False}
+
+
+def launch_constexprs(hc: int, dim: int, num_mixes: int, *, interpreter: bool) -> dict[str, dict]:
+    """Kernel name → its shape constexprs for (hc, D, N): what the launchers pass (and what
+    `tests/kernels/hyper_connection/sm90_compile.py` compiles). Never a function of T."""
+    k = hc * dim
+    num_splits = triton.cdiv(k, SPLIT_K)
+    block_n = triton.next_power_of_2(num_mixes)
+    tile = INTERPRETER_MIX_TILE if interpreter else MIX_TILE
+    block_d = min(BLOCK_D, triton.next_power_of_2(dim))
+    hc_pad = triton.next_power_of_2(hc)
+    splits_pad = triton.next_power_of_2(num_splits)
+    return {
+        "sumsq": dict(NUM_SPLITS=num_splits, SPLIT_K=SPLIT_K, BLOCK_T=SUMSQ_BLOCK_T, BLOCK_K=SUMSQ_BLOCK_K),
+        "mix": dict(NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, SPLIT_K=SPLIT_K, BLOCK_T=MIX_BLOCK_T, BLOCK_N=block_n,
+                    BLOCK_K=max(16, min(SPLIT_K, tile // (MIX_BLOCK_T * block_n)))),
+        "finish": dict(HC=hc, HC_PAD=hc_pad, NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, BLOCK_T=FINISH_BLOCK_T,
+                       BLOCK_D=block_d),
+        "post": dict(HC=hc, HC_PAD=hc_pad, BLOCK_D=block_d),
+    }
+# -------------------------------------------------------------------------------------------------
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _check_device(t: torch.Tensor, op: str) -> None:
+    if t.device.type != "cuda" and not interpreting():
+        raise ValueError(f"{op} triton backend needs a CUDA tensor or TRITON_INTERPRET=1, got {t.device=}")
+
+
+def _launch_opts(kernel: str) -> dict:
+    opts = {"num_warps": NUM_WARPS[kernel]}
+    if not interpreting():  # the interpreter never fuses (and does not accept the flag)
+        opts["enable_fp_fusion"] = FP_FUSION[kernel]
+    return opts
+
+
+def _check_streams(streams: torch.Tensor, op: str) -> tuple[int, int, int]:
+    _check_device(streams, op)
+    if streams.dim() != 3:
+        raise ValueError(f"{op}: streams must be [T, hc, D], got {tuple(streams.shape)=}")
+    if streams.dtype not in STREAM_DTYPES:
+        raise ValueError(f"{op}: streams must be fp32 or bf16, got {streams.dtype=}")
+    num_tokens, hc, dim = streams.shape
+    if not 1 <= hc <= MAX_HC:
+        raise ValueError(f"{op}: need 1 <= hc <= {MAX_HC}, got {hc=}")
+    return num_tokens, hc, dim
+
+
+def _check_param(t: torch.Tensor, shape: tuple[int, ...], name: str, op: str, device: torch.device) -> None:
+    if tuple(t.shape) != shape or not t.is_floating_point() or t.device != device:
+        raise ValueError(f"{op}: {name} must be a float tensor {list(shape)} on {device}, got "
+                         f"{t.dtype} {list(t.shape)} on {t.device}")
+
+
+def _mix_partials(streams: torch.Tensor, fn: torch.Tensor, rms_eps: float) -> torch.Tensor:
+    """Per token and K-split, the fp64 partial mixes of the rho-scaled flattened streams
+    [T, S, N] fp64. Two launches (sums of squares, then the mixes)."""
+    num_tokens, hc, dim = streams.shape
+    k, n = hc * dim, fn.shape[0]
+    consts = launch_constexprs(hc, dim, n, interpreter=interpreting())
+    num_splits = consts["sumsq"]["NUM_SPLITS"]
+    sumsq = torch.empty((num_tokens, num_splits), dtype=torch.float64, device=streams.device)
+    _hc_sumsq_kernel[(triton.cdiv(num_tokens, SUMSQ_BLOCK_T), num_splits)](
+        streams, sumsq, num_tokens, k, streams.stride(0), **consts["sumsq"], **_launch_opts("sumsq"),
+    )
+    mixes = torch.empty((num_tokens, num_splits, n), dtype=torch.float64, device=streams.device)
+    _hc_mix_kernel[(triton.cdiv(num_tokens, MIX_BLOCK_T), num_splits)](
+        streams, fn, sumsq, mixes, num_tokens, k, n, streams.stride(0), fn.stride(0),
+        RMS_EPS=float(rms_eps), USE_LIBDEVICE=not interpreting(), **consts["mix"], **_launch_opts("mix"),
+    )
+    return mixes
+
+
+def _finish(streams: torch.Tensor, mixes: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, *, hc_eps: float,
+            sinkhorn_iters: int, with_post: bool):
+    """The finish launch: (block input, post, comb); post/comb are placeholders without `with_post`."""
+    num_tokens, hc, dim = streams.shape
+    out = torch.empty((num_tokens, dim), dtype=streams.dtype, device=streams.device)
+    if with_post:
+        post = torch.empty((num_tokens, hc), dtype=torch.float32, device=streams.device)
+        comb = torch.empty((num_tokens, hc, hc), dtype=torch.float32, device=streams.device)
+    else:
+        post = comb = out  # unused pointer slots (WITH_POST=False)
+    consts = launch_constexprs(hc, dim, mixes.shape[2], interpreter=interpreting())["finish"]
+    grid = (triton.cdiv(num_tokens, FINISH_BLOCK_T), triton.cdiv(dim, consts["BLOCK_D"]) + with_post)  # + post/comb
+    _hc_finish_kernel[grid](
+        streams, mixes, base, scale, out, post, comb,
+        num_tokens, dim, mixes.shape[2], int(sinkhorn_iters), streams.stride(0), streams.stride(1), out.stride(0),
+        HC_EPS=float(hc_eps), WITH_POST=with_post, OUT_BF16=streams.dtype == torch.bfloat16,
+        USE_LIBDEVICE=not interpreting(), **consts, **_launch_opts("finish"),
+    )
+    return out, post, comb
+
+
+def hc_pre_triton(
+    streams: torch.Tensor, w: HyperConnectionWeights, *, hc_eps: float, rms_eps: float, sinkhorn_iters: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """streams [T, hc, D] → (block input [T, D] in streams' dtype, post [T, hc], comb [T, hc, hc] fp32);
+    see `hc_pre_ref`."""
+    num_tokens, hc, dim = _check_streams(streams, "hc_pre")
+    n = (2 + hc) * hc
+    _check_param(w.fn, (n, hc * dim), "fn", "hc_pre", streams.device)
+    _check_param(w.base, (n,), "base", "hc_pre", streams.device)
+    _check_param(w.scale, (3,), "scale", "hc_pre", streams.device)
+    streams, fn = streams.contiguous(), w.fn.contiguous()  # no-ops for the model's tensors
+    if num_tokens == 0:
+        return (streams.new_empty((0, dim)), streams.new_empty((0, hc), dtype=torch.float32),
+                streams.new_empty((0, hc, hc), dtype=torch.float32))
+    mixes = _mix_partials(streams, fn, rms_eps)
+    return _finish(streams, mixes, w.base.contiguous(), w.scale.contiguous(), hc_eps=hc_eps,
+                   sinkhorn_iters=sinkhorn_iters, with_post=True)
+
+
+def hc_head_triton(
+    streams: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, *, hc_eps: float, rms_eps: float
+) -> torch.Tensor:
+    """streams [T, hc, D] → the final collapse [T, D] in streams' dtype; see `hc_head_ref`."""
+    num_tokens, hc, dim = _check_streams(streams, "hc_head")
+    _check_param(fn, (hc, hc * dim), "fn", "hc_head", streams.device)
+    _check_param(base, (hc,), "base", "hc_head", streams.device)
+    if scale.numel() < 1 or scale.device != streams.device:
+        raise ValueError(f"hc_head: scale must hold at least one value on {streams.device}, got "
+                         f"{list(scale.shape)} on {scale.device}")
+    streams, fn = streams.contiguous(), fn.contiguous()
+    if num_tokens == 0:
+        return streams.new_empty((0, dim))
+    mixes = _mix_partials(streams, fn, rms_eps)
+    return _finish(streams, mixes, base.contiguous(), scale.contiguous(), hc_eps=hc_eps, sinkhorn_iters=1,
+                   with_post=False)[0]
+
+
+def hc_post_triton(block_out: torch.Tensor, streams: torch.Tensor, post: torch.Tensor,
+                   comb: torch.Tensor) -> torch.Tensor:
+    """X'_j = post_j · F + Σ_i comb_ij · X_i in fp64, streams' dtype out [T, hc, D]; see `hc_post_ref`.
+    One launch."""
+    num_tokens, hc, dim = _check_streams(streams, "hc_post")
+    if block_out.shape != (num_tokens, dim) or not block_out.is_floating_point() or block_out.device != streams.device:
+        raise ValueError(f"hc_post: block_out must be a float [{num_tokens}, {dim}] on {streams.device}, got "
+                         f"{block_out.dtype} {tuple(block_out.shape)} on {block_out.device}")
+    _check_param(post, (num_tokens, hc), "post", "hc_post", streams.device)
+    _check_param(comb, (num_tokens, hc, hc), "comb", "hc_post", streams.device)
+    if block_out.stride(-1) != 1:
+        raise ValueError(f"hc_post: block_out's last dim must be contiguous, got {block_out.stride()=}")
+    streams, post, comb = streams.contiguous(), post.contiguous(), comb.contiguous()
+    out = torch.empty_like(streams)
+    if num_tokens == 0:
+        return out
+    consts = launch_constexprs(hc, dim, (2 + hc) * hc, interpreter=interpreting())["post"]
+    _hc_post_kernel[(num_tokens, triton.cdiv(dim, consts["BLOCK_D"]))](
+        block_out, streams, post, comb, out, num_tokens, dim,
+        block_out.stride(0), streams.stride(0), streams.stride(1), out.stride(0), out.stride(1),
+        OUT_BF16=streams.dtype == torch.bfloat16, **consts, **_launch_opts("post"),
+    )
+    return out

@@ -1,0 +1,123 @@
+"""The hyper-connection Triton kernels against their torch twins (TRITON_INTERPRET=1 on the CPU).
+
+* hc_pre / hc_post / hc_head equal the twins bit for bit (torch.equal) on random inputs: hc 4,
+  D not a multiple of the 512-channel block nor of the 256-element K-split (two D-blocks, a
+  partial last split), T = 0, 1, 5, bf16 and fp32 streams; hc 3 (padded lanes) once; the GPU's
+  mix tile once (the interpreter normally takes longer steps, see `INTERPRETER_MIX_TILE`);
+* batch invariance: a token alone gives the bits it gets inside a batch (hc_head shares hc_pre's
+  mix kernels and its finish kernel's block-input path);
+* the launchers refuse bad shapes and dtypes with the values in the message;
+* the chooser: off unless forced, forced Triton on CUDA, the slots it hands out.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mxserve.kernels.chooser import Platform
+from mxserve.kernels.hyper_connection import (
+    HyperConnectionSpec,
+    HyperConnectionWeights,
+    choose_hc,
+    hc_head_ref,
+    hc_ops,
+    hc_post_ref,
+    hc_pre_ref,
+)
+
+pytest.importorskip("triton")
+ht = pytest.importorskip("mxserve.kernels.hyper_connection.triton")
+
+EPS = dict(hc_eps=1e-6, rms_eps=1e-6)
+ITERS = 20
+D = 520  # two 512-channel blocks (the second 8 wide); K = 4·520 = 2080: 8 full 256-splits + 32
+
+
+def _assert_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, want.dtype, got.shape, want.shape)
+    if not torch.equal(got, want):
+        bad = (got != want).nonzero()
+        idx = tuple(bad[0].tolist())
+        raise AssertionError(f"{what}: {len(bad)} of {got.numel()} differ; first at {idx}: "
+                             f"got {got[idx].item()!r}, want {want[idx].item()!r}")
+
+
+def _inputs(num_tokens: int, hc: int, dim: int, dtype: torch.dtype, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    n = (2 + hc) * hc
+    scale = torch.rand(num_tokens, 1, 1, generator=gen) * 4 + 0.1  # rows of different magnitudes
+    streams = (torch.randn(num_tokens, hc, dim, generator=gen) * scale).to(dtype)
+    w = HyperConnectionWeights(torch.randn(n, hc * dim, generator=gen) * 0.05, torch.randn(n, generator=gen),
+                               torch.rand(3, generator=gen) + 0.5)
+    head = (torch.randn(hc, hc * dim, generator=gen) * 0.05, torch.randn(hc, generator=gen),
+            torch.rand(1, generator=gen) + 0.5)
+    block_out = torch.randn(num_tokens, dim, generator=gen).to(dtype)
+    return streams, w, head, block_out
+
+
+def _check_all(streams, w, head, block_out) -> None:
+    want = hc_pre_ref(streams, w, sinkhorn_iters=ITERS, **EPS)
+    got = ht.hc_pre_triton(streams, w, sinkhorn_iters=ITERS, **EPS)
+    for name, g, r in zip(("block input", "post", "comb"), got, want, strict=True):
+        _assert_equal(g, r, f"hc_pre {name}")
+    _, post, comb = want
+    _assert_equal(ht.hc_post_triton(block_out, streams, post, comb), hc_post_ref(block_out, streams, post, comb),
+                  "hc_post")
+    _assert_equal(ht.hc_head_triton(streams, *head, **EPS), hc_head_ref(streams, *head, **EPS), "hc_head")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("num_tokens", [0, 1, 5])
+def test_triton_equals_twin_bitwise(num_tokens, dtype):
+    _check_all(*_inputs(num_tokens, 4, D, dtype, seed=num_tokens))
+
+
+def test_padded_lanes_hc3_and_the_gpu_mix_tile(monkeypatch):
+    _check_all(*_inputs(3, 3, 200, torch.bfloat16, seed=7))  # HC_PAD 4: masked lanes through the Sinkhorn
+    monkeypatch.setattr(ht, "INTERPRETER_MIX_TILE", ht.MIX_TILE)  # the GPU's [4, 32, 16] steps
+    _check_all(*_inputs(2, 4, D, torch.float32, seed=8))
+
+
+def test_a_token_alone_equals_the_token_in_a_batch():
+    streams, w, _, block_out = _inputs(5, 4, D, torch.bfloat16, seed=3)
+    batch_pre = ht.hc_pre_triton(streams, w, sinkhorn_iters=ITERS, **EPS)
+    batch_post = ht.hc_post_triton(block_out, streams, batch_pre[1], batch_pre[2])
+    for t in (0, 4):
+        row = slice(t, t + 1)
+        alone = ht.hc_pre_triton(streams[row], w, sinkhorn_iters=ITERS, **EPS)
+        for name, a, b in zip(("block input", "post", "comb"), alone, batch_pre, strict=True):
+            _assert_equal(a[0], b[t], f"token {t} hc_pre {name}")
+        _assert_equal(ht.hc_post_triton(block_out[row], streams[row], batch_pre[1][row], batch_pre[2][row])[0],
+                      batch_post[t], f"token {t} hc_post")
+
+
+def test_launchers_refuse_bad_inputs_with_the_values():
+    streams, w, head, block_out = _inputs(2, 4, 64, torch.bfloat16)
+    with pytest.raises(ValueError, match=r"hc_pre: streams must be fp32 or bf16, got streams.dtype=torch.float16"):
+        ht.hc_pre_triton(streams.half(), w, sinkhorn_iters=ITERS, **EPS)
+    with pytest.raises(ValueError, match=r"hc_pre: streams must be \[T, hc, D\], got .*=\(2, 256\)"):
+        ht.hc_pre_triton(streams.flatten(1), w, sinkhorn_iters=ITERS, **EPS)
+    with pytest.raises(ValueError, match=r"hc_pre: fn must be a float tensor \[24, 256\].*\[24, 255\]"):
+        ht.hc_pre_triton(streams, HyperConnectionWeights(w.fn[:, :-1], w.base, w.scale), sinkhorn_iters=ITERS, **EPS)
+    with pytest.raises(ValueError, match=r"hc_post: block_out must be a float \[2, 64\].*\(2, 63\)"):
+        ht.hc_post_triton(block_out[:, :-1], streams, torch.ones(2, 4), torch.ones(2, 4, 4))
+    with pytest.raises(ValueError, match=r"hc_head: base must be a float tensor \[4\]"):
+        ht.hc_head_triton(streams, head[0], head[1][:3], head[2], **EPS)
+
+
+def test_chooser_off_unless_forced_and_the_slots():
+    spec = HyperConnectionSpec(hc_mult=4, hidden_size=4096, stream_dtype="bfloat16")
+    h200 = Platform("cuda", (9, 0), False, True)
+    assert choose_hc(spec, h200).backend == "reference"
+    assert "off by default" in choose_hc(spec, h200).reason
+    forced = choose_hc(spec, h200, forced="triton")
+    assert forced.backend == "triton" and forced.reason.startswith("forced; fp64 mixes"), forced
+    cpu = choose_hc(spec, Platform("cpu", None, False, True), forced="triton")
+    assert cpu.backend == "reference" and "needs an NVIDIA GPU" in cpu.reason
+    assert choose_hc(HyperConnectionSpec(32, 64, "bfloat16"), h200, forced="triton").backend == "reference"
+    assert hc_ops("reference") == {}
+    assert hc_ops("triton") == {"hc_pre": ht.hc_pre_triton, "hc_post": ht.hc_post_triton,
+                                "hc_head": ht.hc_head_triton}
+    with pytest.raises(ValueError, match=r"hc: unknown backend 'cuda'; known: \['reference', 'triton'\]"):
+        choose_hc(spec, h200, forced="cuda")
