@@ -1,22 +1,31 @@
-"""Launcher of the sparse-attention Triton kernel: validates, picks launch parameters, launches.
+"""Launcher of the split-K sparse-attention Triton kernels: validates, picks launch parameters, launches.
 
 Same contract as `sparse_attention_ref` (q [T, H, d], up to two (cache, slots [T, K]) sources of
 one KV encoding, sink [H], scale → fp32 [T, H, d]); the caches are read in their stored bytes
 through their `PageLayout` numbers (`cache_args`). `inspect` (verification only) cannot see
 inside a kernel: when given, the reference is run beside the kernel on the same caches to feed
 it, and the kernel's output is returned.
+
+Split-K (flash-decoding): a partial kernel per chunk of BLOCK_K keys, then a combine kernel
+that folds the chunks in order (`_sparse_attention_kernel` says how the fold is fixed by the
+list lengths alone). Launch parameters, grids and the workspace come from shapes only, never
+from data (no host sync: CUDA-graph capturable).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 import triton
 
 from mxserve.kernels.attention_ops.cache_args import EntryMode, cache_args
-from mxserve.kernels.sparse_attention._sparse_attention_kernel import _sparse_attention_kernel
+from mxserve.kernels.sparse_attention._sparse_attention_kernel import (
+    _sparse_attention_combine_kernel,
+    _sparse_attention_kernel,
+)
 from mxserve.kernels.sparse_attention.reference import sparse_attention_ref
 
 
@@ -30,14 +39,19 @@ def sparse_attention_triton(
     sink: torch.Tensor,
     scale: float,
     inspect: Callable[[str, torch.Tensor], None] | None = None,
+    *,
+    params: LaunchParams | None = None,
 ) -> torch.Tensor:
-    """See `sparse_attention_ref`. Raises ValueError for > 2 sources, mixed encodings, bad shapes."""
+    """See `sparse_attention_ref`. Raises ValueError for > 2 sources, mixed encodings, bad shapes,
+    head_dim > 512. `params` (tests only): other block sizes than `launch_params` picks."""
     if q.dim() != 3 or q.dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"sparse_attention: q must be fp32/bf16 [T, H, d], got {q.dtype} {tuple(q.shape)}")
     if not 1 <= len(sources) <= 2:
         raise ValueError(f"sparse_attention: 1 or 2 sources (window, compressed), got {len(sources)}")
     q = q if q.stride(-1) == 1 else q.contiguous()
     num_tokens, num_heads, head_dim = q.shape
+    if head_dim > 512:
+        raise ValueError(f"sparse_attention: head_dim {head_dim} > 512 (the kernel works in 8 pieces of 64)")
     if sink.shape != (num_heads,):
         raise ValueError(f"sparse_attention: sink must be [{num_heads}], got {tuple(sink.shape)}")
     srcs = []
@@ -61,23 +75,69 @@ def sparse_attention_triton(
     out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     if num_tokens == 0:
         return out
-    mode = srcs[0][0].mode
-    # -- launch parameters -------------------------------------------------------------------
-    if interpreting():
-        dot, block_h, block_k, num_warps = 0, min(16, triton.next_power_of_2(num_heads)), 16, 4
-    else:
-        dot = 2 if mode is EntryMode.FP32 else 1
-        block_h, block_k, num_warps = 16, 32, 8
-    q_pieces = 2 if q.dtype == torch.float32 else 1
-    (a0, s0), (a1, s1) = srcs[0], srcs[-1]
-    grid = (num_tokens, triton.cdiv(num_heads, block_h))
-    _sparse_attention_kernel[grid](
-        q, out, sink.to(torch.float32).contiguous(),
-        a0.buffer, s0, s0.shape[1], s0.stride(0), a0.block_size, a0.stride,
-        a1.buffer, s1, s1.shape[1] if len(srcs) == 2 else 0, s1.stride(0), a1.block_size, a1.stride,
-        num_heads, scale, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        MODE=int(mode), HEAD_DIM=head_dim, DATA_BYTES=a0.data_bytes, SCALE_BYTES=a0.scale_bytes,
-        BLOCK_H=block_h, BLOCK_K=block_k, BLOCK_D=triton.next_power_of_2(head_dim), DOT=dot, Q_PIECES=q_pieces,
-        NUM_SOURCES=len(srcs), num_warps=num_warps,
-    )
+    _launch(q, srcs, sink.to(torch.float32).contiguous(), scale, out, params)
     return out
+
+
+# -- launch parameters -------------------------------------------------------------------------
+WORKSPACE_MAX_BYTES = 256 << 20  # larger batches (prefill) run in slices of tokens
+# combine tiles on a GPU: many programs, each with short loads (whole rows when interpreted)
+COMBINE_BLOCK_H, COMBINE_BLOCK_D, COMBINE_NUM_WARPS, COMBINE_NUM_STAGES = 16, 64, 4, 4
+
+
+@dataclass(frozen=True)
+class LaunchParams:
+    dot: int  # DOT mode of the kernels (0 interpreter, 1 bf16 tensor cores, 2 fp32 ieee)
+    block_h: int  # heads per program
+    block_k: int  # keys per chunk
+    piece: int  # channels per entry piece (64: one fp8_ds_mla NoPE group; else load_entries)
+    num_warps: int
+
+
+def launch_params(mode: EntryMode, num_heads: int, head_dim: int) -> LaunchParams:
+    """Block sizes from the cache encoding and the head shape only: they fix the fold, so they must
+    never depend on the batch. The interpreter takes whole rows (one piece: its cost is per op)."""
+    if interpreting():
+        return LaunchParams(dot=0, block_h=min(64, triton.next_power_of_2(num_heads)), block_k=16,
+                            piece=triton.next_power_of_2(head_dim), num_warps=4)
+    if mode is EntryMode.FP32:  # fp32 "ieee" dots run on FMA units with operands in registers: small tiles
+        return LaunchParams(dot=2, block_h=16, block_k=16, piece=64, num_warps=4)
+    # one warpgroup, wgmma with M = 64 heads; no spills (tests/kernels/sparse_attention/sm90_compile.py)
+    block_h = min(64, max(16, triton.next_power_of_2(num_heads)))  # tl.dot needs M >= 16
+    return LaunchParams(dot=1, block_h=block_h, block_k=64, piece=64, num_warps=4)
+
+
+def _launch(q, srcs, sink, scale, out, lp: LaunchParams | None) -> None:
+    num_tokens, num_heads, head_dim = q.shape
+    (a0, s0), (a1, s1) = srcs[0], srcs[-1]
+    k0, k1 = s0.shape[1], (s1.shape[1] if len(srcs) == 2 else 0)
+    lp = lp or launch_params(a0.mode, num_heads, head_dim)
+    cb_h, cb_d = (lp.block_h, triton.next_power_of_2(head_dim)) if interpreting() else (COMBINE_BLOCK_H,
+                                                                                         COMBINE_BLOCK_D)
+    chunks0 = triton.cdiv(k0, lp.block_k)
+    num_chunks = chunks0 + triton.cdiv(k1, lp.block_k)
+    # every entry's data starts on 16 bytes: word loads (vectorized) instead of bytes
+    aligned = all(a.stride % 16 == 0 and a.data_bytes % 16 == 0 and a.buffer.data_ptr() % 16 == 0 for a, _ in srcs)
+    head_blocks = triton.cdiv(num_heads, lp.block_h)
+    step = max(1, WORKSPACE_MAX_BYTES // max(1, num_chunks * num_heads * (head_dim + 2) * 4))
+    for t0 in range(0, num_tokens, step):
+        t1 = min(num_tokens, t0 + step)
+        qs, outs = q[t0:t1], out[t0:t1]
+        part_acc = torch.empty((t1 - t0, num_chunks, num_heads, head_dim), dtype=torch.float32, device=q.device)
+        part_ml = torch.empty((t1 - t0, num_chunks, 2, num_heads), dtype=torch.float32, device=q.device)
+        if num_chunks:
+            _sparse_attention_kernel[(t1 - t0, head_blocks, num_chunks)](
+                qs, part_acc, part_ml,
+                a0.buffer, s0[t0:t1], k0, s0.stride(0), a0.block_size, a0.stride,
+                a1.buffer, s1[t0:t1], k1, s1.stride(0), a1.block_size, a1.stride,
+                chunks0, num_chunks, num_heads, scale, qs.stride(0), qs.stride(1),
+                MODE=int(a0.mode), HEAD_DIM=head_dim, DATA_BYTES=a0.data_bytes, SCALE_BYTES=a0.scale_bytes,
+                BLOCK_H=lp.block_h, BLOCK_K=lp.block_k, PIECE=lp.piece, DOT=lp.dot,
+                Q_PIECES=2 if q.dtype == torch.float32 else 1, ALIGNED=aligned, NATIVE_FP8=not interpreting(),
+                num_warps=lp.num_warps,
+            )
+        _sparse_attention_combine_kernel[(t1 - t0, triton.cdiv(num_heads, cb_h), triton.cdiv(head_dim, cb_d))](
+            part_acc, part_ml, sink, outs, num_chunks, num_heads, outs.stride(0), outs.stride(1),
+            HEAD_DIM=head_dim, BLOCK_H=cb_h, BLOCK_D=cb_d, NUM_STAGES=COMBINE_NUM_STAGES,
+            num_warps=COMBINE_NUM_WARPS,
+        )

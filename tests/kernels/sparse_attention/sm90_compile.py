@@ -1,0 +1,129 @@
+"""Compile the sparse-attention kernels for sm_90 without a GPU and report time, registers, spills.
+
+    .venv/bin/python tests/kernels/sparse_attention/sm90_compile.py [--json]
+
+Issue 11: the one-program-per-token kernel was latency-bound at decode and spilled. Triton 3.9
+compiles for a target given explicitly, so this runs anywhere; ptxas (bundled with Triton) is
+run again with -v on the PTX for the register and spill report, and nvdisasm counts the SASS
+instructions. Shapes are DeepSeek-V4-Flash's (64 heads x 512, fp8_ds_mla entries in pages of 64
+with the default stride), with the launch parameters `sparse_attention_triton` picks on a GPU
+and the argument specializations a real launch gets (16-byte aligned pointers, sizes that are
+multiples of 16 marked so, except the ones the kernels exclude with do_not_specialize).
+TRITON_INTERPRET is forced off here: run it as a script or in a subprocess, never imported into
+a pytest process (the suite sets it on; pytest collects only test_*.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "0"
+os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="sm90_compile_")  # a cold compile every run
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns without it; 1 = its default
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+from mxserve.formats.ds_mla_entry import DS_MLA_DATA_BYTES, DS_MLA_SCALE_BYTES
+from mxserve.kernels.attention_ops.cache_args import EntryMode
+from mxserve.kernels.sparse_attention import triton as launcher
+from mxserve.kernels.sparse_attention._sparse_attention_kernel import (
+    _sparse_attention_combine_kernel,
+    _sparse_attention_kernel,
+)
+
+HEADS, HEAD_DIM, BLOCK_SIZE = 64, 512, 64
+STRIDE = 37440  # default page stride for B = 64
+BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+PTXAS = BIN / "ptxas-blackwell"  # the one Triton itself uses for sm_90
+# (name -> (type, value or None)): the value decides the multiple-of-16 specialization
+ARGS = {
+    "part_acc_ptr": ("*fp32", None), "part_ml_ptr": ("*fp32", None), "sink_ptr": ("*fp32", None),
+    "out_ptr": ("*fp32", None), "buf0": ("*u8", None), "buf1": ("*u8", None), "slots0_ptr": ("*i64", None),
+    "slots1_ptr": ("*i64", None), "num_keys0": ("i32", 128), "num_keys1": ("i32", 512), "stride_s0": ("i32", 128),
+    "stride_s1": ("i32", 512), "block_size0": ("i32", BLOCK_SIZE), "block_size1": ("i32", BLOCK_SIZE),
+    "page_stride0": ("i32", STRIDE), "page_stride1": ("i32", STRIDE), "num_chunks0": ("i32", 2),
+    "num_chunks": ("i32", 10), "H": ("i32", HEADS), "scale": ("fp32", None), "stride_qt": ("i32", HEADS * HEAD_DIM),
+    "stride_qh": ("i32", HEAD_DIM), "stride_ot": ("i32", HEADS * HEAD_DIM), "stride_oh": ("i32", HEAD_DIM),
+}
+
+
+def _ptxas_report(ptx: str, cubin: bytes) -> dict:
+    """Registers, spill bytes and stack of the kernel's entry function (ptxas -v); SASS instructions
+    (straight-line code: the partial kernel has no loop, so this is what each warp issues)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.ptx"
+        path.write_text(ptx)
+        out = subprocess.run([str(PTXAS), "-v", "--gpu-name=sm_90a", str(path), "-o", str(path.with_suffix(".o"))],
+                             capture_output=True, text=True, check=True).stderr
+        (Path(tmp) / "k.cubin").write_bytes(cubin)
+        sass = subprocess.run([str(BIN / "nvdisasm"), str(Path(tmp) / "k.cubin")], capture_output=True, text=True,
+                              check=True).stdout
+    entry = out.split("Compiling entry function", 1)[1]  # skip the libdevice helpers' reports
+    spills = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", entry)
+    regs = re.search(r"Used (\d+) registers", entry)
+    return {"n_regs": int(regs.group(1)), "stack_bytes": int(spills.group(1)),
+            "spill_store_bytes": int(spills.group(2)), "spill_load_bytes": int(spills.group(3)),
+            "sass_instructions": len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?[A-Z]", sass, flags=re.M))}
+
+
+def compile_report(label: str, kernel, consts: dict, q_type: str, num_warps: int) -> dict:
+    dont = set(kernel.do_not_specialize) if hasattr(kernel, "do_not_specialize") else set()
+    dont = {kernel.arg_names[i] if isinstance(i, int) else i for i in dont}
+    signature, attrs = {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        if name in consts:
+            signature[name] = "constexpr"
+            continue
+        ty, value = ("*" + q_type, None) if name == "q_ptr" else ARGS[name]
+        signature[name] = ty
+        if (ty.startswith("*") or (value is not None and value % 16 == 0)) and name not in dont:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    start = time.perf_counter()
+    compiled = triton.compile(
+        triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=consts, attrs=attrs),
+        target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    compile_s = time.perf_counter() - start
+    return {"kernel": label, "num_warps": num_warps, "compile_s": round(compile_s, 2),
+            "smem_bytes": compiled.metadata.shared, **_ptxas_report(compiled.asm["ptx"], compiled.asm["cubin"])}
+
+
+def main() -> None:
+    lp = launcher.launch_params(EntryMode.DS_MLA, HEADS, HEAD_DIM)
+    assert lp.dot == 1, "launch_params gave the interpreter's parameters"
+    reports = []
+    for q_type, q_pieces in (("bf16", 1), ("fp32", 2)):
+        consts = dict(MODE=int(EntryMode.DS_MLA), HEAD_DIM=HEAD_DIM, DATA_BYTES=DS_MLA_DATA_BYTES,
+                      SCALE_BYTES=DS_MLA_SCALE_BYTES, BLOCK_H=lp.block_h, BLOCK_K=lp.block_k, PIECE=lp.piece,
+                      DOT=lp.dot, Q_PIECES=q_pieces, ALIGNED=True, NATIVE_FP8=True)
+        reports.append(compile_report(f"partial fp8_ds_mla q={q_type}", _sparse_attention_kernel, consts, q_type,
+                                      lp.num_warps))
+    consts["ALIGNED"] = False  # a page stride that is not a multiple of 16: byte loads
+    reports.append(compile_report("partial fp8_ds_mla q=fp32 unaligned", _sparse_attention_kernel, consts, "fp32",
+                                  lp.num_warps))
+    fp32 = launcher.launch_params(EntryMode.FP32, HEADS, HEAD_DIM)
+    consts = dict(MODE=int(EntryMode.FP32), HEAD_DIM=HEAD_DIM, DATA_BYTES=HEAD_DIM * 4, SCALE_BYTES=0,
+                  BLOCK_H=fp32.block_h, BLOCK_K=fp32.block_k, PIECE=fp32.piece, DOT=fp32.dot, Q_PIECES=2,
+                  ALIGNED=True, NATIVE_FP8=True)
+    reports.append(compile_report("partial fp32 cache q=fp32", _sparse_attention_kernel, consts, "fp32",
+                                  fp32.num_warps))
+    consts = dict(HEAD_DIM=HEAD_DIM, BLOCK_H=launcher.COMBINE_BLOCK_H, BLOCK_D=launcher.COMBINE_BLOCK_D,
+                  NUM_STAGES=launcher.COMBINE_NUM_STAGES)
+    reports.append(compile_report("combine", _sparse_attention_combine_kernel, consts, "fp32",
+                                  launcher.COMBINE_NUM_WARPS))
+    if "--json" in sys.argv:
+        print(json.dumps(reports))
+        return
+    for r in reports:
+        print(" ".join(f"{k}={v}" for k, v in r.items()))
+
+
+if __name__ == "__main__":
+    main()
