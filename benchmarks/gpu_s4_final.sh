@@ -52,4 +52,5 @@ for n in exact faithful; do
     grep -E "^[0-9] " "$R/parity_$n.log" | cut -c1-110
 done
 tar -C "$OUT" -czf "$OUT/results.tgz" results && rm -rf "$R"
+tar -czf - .triton_cache | split -b 15m - "$OUT/triton_cache.tgz."
 ls -la "$OUT"
