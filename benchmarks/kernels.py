@@ -14,10 +14,17 @@ two-launch twin bit for bit, repeated, eager and under CUDA-graph replay; counte
 `--split-sum both` times the decode launches both ways: the main rows fused, `*_2l` two launches.
 `--prepared-x` adds the issue-9 experiment: weight-only on activations prepared by their own
 launch (`fp8_wo_px`, GEMM only, like W8A8's; `prep_x` the preparation alone), at M <= 16.
+`--prefill-fast` adds the opt-in fast prefill tile at M >= 64 (`fast_wo`: bf16 x; `fast_w8a8`:
+GEMM only on quantized activations), timed after the baselines of the same shape (its autotuner
+keys on the layer shape only, so its first call — the timing at the largest M — picks the config),
+then its parity against the fp64 twin on 256 rows (`fast_*_err`) and rows 1 and 7 against the
+same rows of the full batch (`fast_*_rows_equal`).
 
     python benchmarks/kernels.py --check --out DIR        # full table, raw rows in DIR/kernels.jsonl
     python benchmarks/kernels.py --shapes wq_b wo_b head 'wq_a||wkv' --ms 1 8 16 --split-sum both \
         --prepared-x --check-fused --skip fp8_wo_f32x smm_block --out DIR   # decode: fused vs two launches
+    python benchmarks/kernels.py --ms 2048 --prefill-fast --skip fp8_wo fp8_w8a8 smm_row deq_mm \
+        --out DIR   # prefill: the fast tile next to bf16 cuBLAS and block-scaled _scaled_mm
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from mxserve.kernels.linear_fp8_block.triton import (
     grouped_linear_fp8_block_triton,
     launch_gemv_fp8_block,
     launch_linear_fp8_block,
+    launch_prefill_fast,
     linear_fp8_block_triton,
     prepare_activation_fp16,
     split_counters,
@@ -177,7 +185,7 @@ def scaled_mm_block_layout(xq, xs, wt, ws) -> tuple | None:
 
 
 def bench_shape(name: str, n: int, k: int, ms: tuple, copy_bw: float, log: list, split_sum: str = "auto",
-                skip: tuple = (), prepared_x: bool = False) -> None:
+                skip: tuple = (), prepared_x: bool = False, prefill_fast: bool = False) -> None:
     w0 = make_weight(n, k, 0)
     fp8_bytes = w0.nbytes
     copies = max(1, math.ceil(ROTATE_BYTES / fp8_bytes))
@@ -186,15 +194,16 @@ def bench_shape(name: str, n: int, k: int, ms: tuple, copy_bw: float, log: list,
     w8_ = [w.codes.view(torch.float8_e4m3fn) for w in ws_]
     wsc = [ue8m0_value(w.scales) for w in ws_]  # fp32 [N/128, K/128]
     wrow = [ue8m0_value(w.scales).repeat_interleave(128, 0)[:n, :1].t().contiguous() for w in ws_]  # [1, N]
-    for m in ms:
-        res = bench_one(name, n, k, m, (ws_, wb_, w8_, wsc, wrow), copies, copy_bw, split_sum, skip, prepared_x)
+    for m in sorted(ms, reverse=prefill_fast):  # --prefill-fast: the largest M first picks its config
+        res = bench_one(name, n, k, m, (ws_, wb_, w8_, wsc, wrow), copies, copy_bw, split_sum, skip, prepared_x,
+                        prefill_fast)
         log.append(res)
         emit(res)
     torch.cuda.empty_cache()
 
 
 def bench_one(name: str, n: int, k: int, m: int, weights: tuple, copies: int, copy_bw: float, split_sum: str = "auto",
-              skip: tuple = (), prepared_x: bool = False) -> dict:
+              skip: tuple = (), prepared_x: bool = False, prefill_fast: bool = False) -> dict:
     ws_, wb_, w8_, wsc, wrow = weights
     w0 = ws_[0]
     fp8_bytes = w0.nbytes
@@ -242,6 +251,10 @@ def bench_one(name: str, n: int, k: int, m: int, weights: tuple, copies: int, co
         bs = [transform(s) for s in wsc]
         variants["smm_block"] = [lambda i=i: torch._scaled_mm(xq8, w8_[i].t(), a_s, bs[i], out_dtype=torch.bfloat16)
                                  for i in range(len(ws_))]
+    fast = prefill_fast and m >= 64
+    if fast:  # after the baselines: a failing new tile must not hide them
+        variants["fast_wo"] = [lambda w=w: launch_prefill_fast(xb, w) for w in ws_]
+        variants["fast_w8a8"] = [lambda w=w: launch_prefill_fast(xq, w, x_scales=xs) for w in ws_]
     for label, calls in variants.items():
         if label in skip:
             continue
@@ -249,13 +262,21 @@ def bench_one(name: str, n: int, k: int, m: int, weights: tuple, copies: int, co
             res[label + "_s"] = graph_time(calls)
         except Exception as e:  # a baseline that fails must not hide the others
             res[label + "_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
-    if m in DEQ_MS:
+    if fast:
+        try:
+            check_prefill_fast(res, x32, w0)
+        except Exception as e:
+            res["fast_check_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    if m in DEQ_MS and "deq_mm" not in skip:
         res["deq_mm_s"] = event_time(lambda: torch.matmul(xb, w0.dequantize(torch.bfloat16).t()))
     t = res.get("fp8_wo_s")
     if t:
         res["fp8_wo_TBps"] = fp8_bytes / t / 1e12
         res["fp8_wo_frac_copy"] = fp8_bytes / t / copy_bw
         res["fp8_wo_TFLOPs"] = 2 * m * n * k / t / 1e12
+    for mine in ("fast_wo", "fast_w8a8"):
+        if res.get(mine + "_s"):
+            res[mine + "_TFLOPs"] = 2 * m * n * k / res[mine + "_s"] / 1e12
     for mine in ("fp8_w8a8", "fp8_gemv", "fp8_wo_2l", "fp8_w8a8_2l", "fp8_wo_px"):
         if res.get(mine + "_s"):
             res[mine + "_TBps"] = fp8_bytes / res[mine + "_s"] / 1e12
@@ -264,10 +285,24 @@ def bench_one(name: str, n: int, k: int, m: int, weights: tuple, copies: int, co
         if res.get(mine + "_s") and res.get(mine + "_2l_s"):
             res[mine + "_fused_speedup"] = res[mine + "_2l_s"] / res[mine + "_s"]
     for base in ("bf16", "smm_row", "smm_block", "deq_mm"):
-        for mine in ("fp8_wo", "fp8_w8a8", "fp8_gemv"):
+        for mine in ("fp8_wo", "fp8_w8a8", "fp8_gemv", "fast_wo", "fast_w8a8"):
             if res.get(base + "_s") and res.get(mine + "_s"):
                 res[f"{mine}_vs_{base}"] = res[base + "_s"] / res[mine + "_s"]
     return res
+
+
+def check_prefill_fast(res: dict, x32: torch.Tensor, w: QuantizedWeight) -> None:
+    """The fast tile's parity (normwise vs the fp64 twin, 256 rows) and rows 1 and 7 equal to the
+    same rows of the full batch (its claim: a row's bits do not depend on M)."""
+    xb = x32.bfloat16()
+    rows = min(256, x32.shape[0])
+    for label, q, xin in (("fast_wo", False, xb), ("fast_w8a8", True, x32)):
+        full = linear_fp8_block_triton(xin, w, quantize_input=q, tile="prefill_fast")
+        res[label + "_err"] = rel_err(full[:rows], linear_fp8_block_ref(xin[:rows], w, quantize_input=q))
+        res[label + "_nan"] = bool(torch.isnan(full).any())
+        res[label + "_rows_equal"] = all(
+            bool(torch.equal(linear_fp8_block_triton(xin[:m], w, quantize_input=q, tile="prefill_fast"), full[:m]))
+            for m in (1, 7))
 
 
 def bench_grouped(copy_bw: float, ms: tuple, log: list) -> None:
@@ -295,6 +330,32 @@ def bench_grouped(copy_bw: float, ms: tuple, log: list) -> None:
         log.append(res)
         emit(res)
     torch.cuda.empty_cache()
+
+
+def fast_table(log: list) -> list[str]:
+    """The fast prefill tile against the same run's baselines (only rows that timed it)."""
+    rows = [r for r in log if r.get("kind") == "bench" and ("fast_wo_s" in r or "fast_w8a8_s" in r)]
+    if not rows:
+        return []
+
+    def f(v, fmt):
+        return "-" if v is None else format(v, fmt)
+
+    lines = ["", "prefill_fast (times in us; ratios = baseline time / ours; targets: w8a8 >= 0.85x smm_blk, "
+             "wo >= 0.8x bf16)",
+             "| shape | M | fast wo us | wo TFLOP/s | wo vs bf16 | fast w8a8 us | w8a8 TFLOP/s | w8a8 vs smm_blk | bf16 us "
+             "| smm_blk us | wo err | w8a8 err | rows equal (wo, w8a8) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        us = {key: (None if r.get(key) is None else r[key] * 1e6) for key in ("fast_wo_s", "fast_w8a8_s", "bf16_s",
+                                                                              "smm_block_s")}
+        lines.append(
+            f"| {r['shape']} | {r['M']} | {f(us['fast_wo_s'], '.1f')} | {f(r.get('fast_wo_TFLOPs'), '.0f')} | "
+            f"{f(r.get('fast_wo_vs_bf16'), '.2f')} | {f(us['fast_w8a8_s'], '.1f')} | {f(r.get('fast_w8a8_TFLOPs'), '.0f')} | "
+            f"{f(r.get('fast_w8a8_vs_smm_block'), '.2f')} | {f(us['bf16_s'], '.1f')} | {f(us['smm_block_s'], '.1f')} | "
+            f"{f(r.get('fast_wo_err'), '.2e')} | {f(r.get('fast_w8a8_err'), '.2e')} | "
+            f"{r.get('fast_wo_rows_equal')}, {r.get('fast_w8a8_rows_equal')} |")
+    return lines
 
 
 def tuned_configs() -> dict:
@@ -343,6 +404,7 @@ def table(log: list, copy_bw: float) -> str:
     inv = [r for r in log if r.get("kind") == "invariance"]
     bad = [(r["shape"], r["variant"]) for r in inv
            if not all(all(d.values()) for d in (r["auto_tile"], r["decode_tile"], r["gemv_1_to_4"]))]
+    lines += fast_table(log)
     lines.append(f"parity (worst normwise rel. error per variant): {worst}")
     lines.append(f"invariance: {len(inv)} cases, not bit-identical: {bad or 'none'}")
     px_bad = [(r["shape"], r["M"]) for r in log if r.get("kind") == "bench" and r.get("px_equal") is False]
@@ -373,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", nargs="*", default=[], help="variants not to time (e.g. fp8_wo_f32x smm_block)")
     parser.add_argument("--prepared-x", action="store_true",
                         help="also weight-only on activations prepared by their own launch (issue-9 experiment)")
+    parser.add_argument("--prefill-fast", action="store_true",
+                        help="also the opt-in fast prefill tile (fast_wo, fast_w8a8) at M >= 64, with its parity check")
     parser.add_argument("--no-bench", action="store_true",
                         help="only --check (a compile-warming pass that can run beside other work; no timing)")
     args = parser.parse_args(argv)
@@ -409,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, (n, k) in ({} if args.no_bench else shapes).items():
             try:
                 bench_shape(name, n, k, tuple(args.ms), copy_bw, log, args.split_sum, tuple(args.skip),
-                            args.prepared_x)
+                            args.prepared_x, args.prefill_fast)
             except Exception as e:  # one shape failing must not hide the others
                 log.append({"kind": "bench_error", "shape": name, "error": f"{type(e).__name__}: {e}"[:2000]})
                 emit(log[-1])

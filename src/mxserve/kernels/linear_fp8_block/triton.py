@@ -13,6 +13,12 @@ Paths (the kernel files say why the arithmetic is ordered the way it is):
   batch-invariant.
   "gemv" = the CUDA-core FMA GEMV (`_gemv_kernel.py`) for M <= 4: faster at M = 1..4 where the
   MMA's 16-wide token tile is mostly padding, NOT bit-identical to the MMA path (opt-in).
+  "prefill_fast" = a plain pipelined Hopper GEMM for prefill (`_prefill_fast_kernel.py`; opt-in,
+  bf16 x or W8A8 only): a row's bits do not depend on M within this tile (one config per layer
+  shape, no split-K), but they differ from the decode/default tiles' (another summation order:
+  weight-only chains one fp32 accumulator over K with the block scale folded into the widened
+  weight; W8A8 promotes per 128-K block like the default). So a layer that runs decode on the
+  default tile and prefill on this one is NOT batch-invariant across the switch.
 - split-K partials (`split_sum`): "fused" = one launch, the tile's last program adds the partials
   in split order (arrival counters; the kernel docstring says why it is correct); "two_launch" =
   partials, then `_sum_groups_kernel`; "auto" = fused for decode launches, two launches for the
@@ -52,6 +58,7 @@ from mxserve.kernels.linear_fp8_block._linear_fp8_block_kernel import (
     _prep_x_kernel,
     _sum_groups_kernel,
 )
+from mxserve.kernels.linear_fp8_block._prefill_fast_kernel import _prefill_fast_kernel
 from mxserve.kernels.linear_fp8_block.reference import (
     BLOCK_K,
     check_fp8_block_weight,
@@ -62,7 +69,7 @@ GEMV_MAX_M = 4  # rows the opt-in FMA GEMV takes
 _FEW_PROGRAMS = 264  # below this many output tiles (2 per H200 SM) the GEMM launch also splits K
 _GROUP_TARGET_PROGRAMS = 512  # decode programs the K grouping aims at (~4 per H200 SM)
 _X_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-TILES = ("auto", "decode", "prefill", "gemv")
+TILES = ("auto", "decode", "prefill", "gemv", "prefill_fast")
 SPLIT_SUMS = ("auto", "fused", "two_launch")
 _MIN_COUNTERS = 1 << 16  # first counter buffer per device (256 KB): every decode layer of the release fits
 _MIN_BLOCK_N = 16  # the counters are sized for the smallest tile any config may use
@@ -79,9 +86,25 @@ _SPLIT_ROTATE = {"value": 0}  # tests only: which split arrives last under the i
 DECODE_CONFIGS = [(64, 4, 4), (128, 4, 4), (64, 4, 6)]
 PREFILL_CONFIGS = [(128, 128, 8, 3), (128, 256, 8, 3), (128, 64, 4, 4)]
 GEMV_CONFIGS = [(64, 4), (128, 4)]  # (BLOCK_N, warps)
+# (BLOCK_N, BLOCK_M, BLOCK_K, warps, stages) of the opt-in fast prefill tile, per mode. Two each
+# (every config is one compile). Triton 3.9 for sm_90 (tests/kernels/linear_fp8_block/
+# sm90_compile_prefill_fast.py), no spills anywhere:
+# - W8A8 128x128x128 / 8 warps / 4 stages: 185 registers, 128 KB shared, 1 program per SM;
+#   128x64 / 4 warps: 189 registers, 96 KB, 2 per SM (one program's scale FFMAs overlap the
+#   other's MMA; and wq_a||wkv has 192 tiles of 128x128 on 132 SMs at M = 2048);
+# - weight-only 128x128x128 / 8 warps / 3 stages: 187 registers, 144 KB, 1 per SM, one wgmma
+#   group in flight while the next K step widens (356 K-loop instructions per warp per step);
+#   128x128x64 / 8 warps / 4 stages: 121 registers, 96 KB, 2 per SM (225 per 64-K step).
+#   (128 x 256 tokens: 250 registers, and every wgmma waited for: dropped.)
+PREFILL_FAST_CONFIGS = {
+    "w8a8": [(128, 128, 128, 8, 4), (128, 64, 128, 4, 4)],
+    "wo": [(128, 128, 128, 8, 3), (128, 128, 64, 8, 4)],
+}
+_PREFILL_FAST_GROUP_M = 16  # 16 x 128 tokens: at M = 2048 a wave walks all m-tiles of a few n-tiles
 # the interpreter caps tensors at 2^20 elements and has no autotuning: one fixed config per launch
-_INTERP = {"decode": (64, 4, 1), "prefill": (64, 32, 4, 1), "gemv": (64, 4)}
-_FORCED: dict[str, tuple | None] = {"decode": None, "prefill": None, "gemv": None}  # benchmarks' sweeps
+_INTERP = {"decode": (64, 4, 1), "prefill": (64, 32, 4, 1), "gemv": (64, 4), "prefill_fast": (64, 32, 128, 4, 1)}
+_FORCED: dict[str, tuple | None] = {"decode": None, "prefill": None, "gemv": None,  # benchmarks' sweeps
+                                    "prefill_fast": None}
 
 
 def interpreting() -> bool:
@@ -180,6 +203,15 @@ def linear_fp8_block_triton(
         if quantize_input:
             x2 = fake_quant_fp8(x2.float(), block=BLOCK_K)  # exact values; products exact in fp32
         out = launch_gemv_fp8_block(x2, weight, weight_decode=weight_decode)
+    elif tile == "prefill_fast":
+        if weight_decode != "auto" or weight.fmt != E4M3FN:
+            raise ValueError(f"linear_fp8_block: tile='prefill_fast' takes e4m3fn weights (to_ocp_weight) and "
+                             f"weight_decode='auto', got {weight.fmt.name=} {weight_decode=}")
+        if quantize_input and x2.shape[0]:
+            x_codes, x_scales = quantize_fp8_block(x2)
+            out = launch_prefill_fast(x_codes, weight, x_scales=x_scales)
+        else:
+            out = launch_prefill_fast(x2, weight)
     elif quantize_input and x2.shape[0]:
         x_codes, x_scales = quantize_fp8_block(x2)  # fused kernel, bit-identical to the twin
         out = launch_linear_fp8_block(x_codes, weight, x_scales=x_scales, tile=tile, weight_decode=weight_decode,
@@ -279,6 +311,8 @@ def launch_linear_fp8_block(
         _check_launch(x_op, weight, x_scales, tile, weight_decode, split_sum)
     if tile == "gemv":
         raise ValueError("linear_fp8_block: tile='gemv' runs through launch_gemv_fp8_block")
+    if tile == "prefill_fast":
+        raise ValueError("linear_fp8_block: tile='prefill_fast' runs through launch_prefill_fast")
     rows, k = weight.shape
     n = rows // groups  # output features per group
     m = x_op.shape[0]
@@ -356,6 +390,52 @@ def launch_linear_fp8_block(
     return out
 
 
+def launch_prefill_fast(x_op: torch.Tensor, weight: QuantizedWeight, *, x_scales: torch.Tensor | None = None
+                        ) -> torch.Tensor:
+    """The opt-in fast prefill tile (module docstring): bf16 x [M, K] (weight-only), or (W8A8)
+    e4m3fn codes x_op uint8 [M, K] with `x_scales` fp32 [M, ceil(K/128)] → fp32 [M, N].
+    e4m3fn weights only. Public so benchmarks can time the GEMM apart from the quantization."""
+    weight = check_fp8_block_weight(weight)
+    _check_launch(x_op, weight, x_scales, "prefill_fast", "auto")
+    if weight.fmt != E4M3FN:
+        raise ValueError(f"linear_fp8_block: tile='prefill_fast' takes e4m3fn weights, got {weight.fmt.name=}")
+    w8a8 = x_scales is not None
+    if x_op.dim() != 2 or (not w8a8 and x_op.dtype != torch.bfloat16):
+        raise ValueError(f"linear_fp8_block: tile='prefill_fast' takes bf16 x [M, K] weight-only (or W8A8 codes), "
+                         f"got {x_op.dtype=} {tuple(x_op.shape)=}")
+    n, k = weight.shape
+    m = x_op.shape[0]
+    out = torch.empty((m, n), dtype=torch.float32, device=x_op.device)
+    if m == 0 or n == 0:
+        return out
+
+    # --- launch parameters ---------------------------------------------------------------------
+    if interpreting():
+        dot = 0  # fp32 product-sum: the interpreter's fp16/bf16 dot is wrong
+    elif not w8a8 or has_fp8_tensor_cores(x_op.device):
+        dot = 2  # FP8 (W8A8) or bf16 (weight-only) tensor cores
+    else:
+        dot = 1  # W8A8 codes widened to fp16 (exact) without FP8 tensor cores
+    xs = x_scales if w8a8 else out  # unused pointer weight-only
+    x_in = x_op.view(torch.float8_e4m3fn) if w8a8 else x_op  # typed pointers: no bitcast in the kernel
+    args = (x_in, xs, weight.codes.view(torch.float8_e4m3fn), weight.scales, out, m, n, k,
+            x_op.stride(0), xs.stride(0), weight.codes.stride(0), weight.scales.stride(0), out.stride(0))
+    meta = dict(GROUP_M=_PREFILL_FAST_GROUP_M, W8A8=w8a8, DOT=dot)
+    # --------------------------------------------------------------------------------------------
+
+    cfg = _INTERP["prefill_fast"] if interpreting() else _FORCED["prefill_fast"]
+    if cfg is None:
+        _prefill_fast_tuned("w8a8" if w8a8 else "wo")[
+            lambda mt: (triton.cdiv(m, mt["BLOCK_M"]) * triton.cdiv(n, mt["BLOCK_N"]),)](
+            *args, EVEN_K=k % 128 == 0, **meta)
+    else:
+        block_n, block_m, block_k, warps, stages = cfg
+        _prefill_fast_kernel[(triton.cdiv(m, block_m) * triton.cdiv(n, block_n),)](
+            *args, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
+            num_warps=warps, num_stages=stages, **meta)
+    return out
+
+
 def launch_gemv_fp8_block(x: torch.Tensor, weight: QuantizedWeight, *, weight_decode: str = "auto") -> torch.Tensor:
     """The CUDA-core FMA GEMV (opt-in, M <= GEMV_MAX_M): float x [M, K] → fp32 [M, N]."""
     weight = check_fp8_block_weight(weight)
@@ -413,6 +493,17 @@ def _prefill_tuned():
                    for bn, bm, w, s in PREFILL_CONFIGS]
         _tuned["prefill"] = triton.autotune(configs=configs, key=[*_MODE_KEYS, "M_BUCKET"])(_blockdot_kernel)
     return _tuned["prefill"]
+
+
+def _prefill_fast_tuned(mode: str):
+    """Autotuned per (N, K, mode) — never on M, so a layer keeps one config (and one arithmetic)
+    for every M. The first call of a layer shape picks it: time it at a prefill-sized M."""
+    name = f"prefill_fast_{mode}"
+    if name not in _tuned:
+        configs = [triton.Config({"BLOCK_N": bn, "BLOCK_M": bm, "BLOCK_K": bk}, num_warps=w, num_stages=s)
+                   for bn, bm, bk, w, s in PREFILL_FAST_CONFIGS[mode]]
+        _tuned[name] = triton.autotune(configs=configs, key=["N", "K", "W8A8", "DOT", "EVEN_K"])(_prefill_fast_kernel)
+    return _tuned[name]
 
 
 def _gemv_tuned():
