@@ -23,7 +23,6 @@ from mxserve.model.compressor import CompressorSpec, CompressorWeights, compress
 from mxserve.model.forward_batch import ForwardBatch, SequenceChunk
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import LayerCaches, ModelCacheState, Pool
-from mxserve.model.norms import rms_norm
 from mxserve.model.numerics import NumericPolicy
 from mxserve.model.observer import ForwardObserver
 
@@ -119,7 +118,7 @@ def project_inputs(
     cfg, policy, kernels = ctx.config, ctx.policy, ctx.kernels
     sd, qi = policy.stream_dtype, policy.quantize_gemm_inputs
     num_tokens = x.shape[0]
-    qr = rms_norm(kernels.linear(x, w.wq_a, quantize_input=qi).to(sd), w.q_norm, cfg.rms_norm_eps)
+    qr = kernels.rms_norm(kernels.linear(x, w.wq_a, quantize_input=qi).to(sd), w.q_norm, cfg.rms_norm_eps)
     q = kernels.linear(qr, w.wq_b, quantize_input=qi).to(sd).view(num_tokens, cfg.num_attention_heads, cfg.head_dim)
     q = kernels.q_norm_rope(q, positions, ctx.inv_freq, cfg.rms_norm_eps)
     kv = kernels.linear(x, w.wkv, quantize_input=qi).to(sd)  # kv_norm + RoPE happen in kv_insert

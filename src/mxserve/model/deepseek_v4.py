@@ -33,7 +33,6 @@ from mxserve.model.hyper_connection import HyperConnectionWeights
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import ModelCacheState
 from mxserve.model.moe import MoEWeights, moe_forward
-from mxserve.model.norms import rms_norm
 from mxserve.model.numerics import KVCacheDtype, NumericMode, NumericPolicy
 from mxserve.model.observer import ForwardObserver
 from mxserve.model.rope import RopeTables
@@ -209,10 +208,10 @@ class DeepseekV4Model:
         for hc_attn, attn_norm, attention, hc_ffn, ffn_norm, moe, ctx in self.layers:
             kernels = ctx.kernels
             block_in, post, comb = kernels.hc_pre(streams, hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
-            out = attend(rms_norm(block_in, attn_norm, cfg.rms_norm_eps), attention, ctx)
+            out = attend(kernels.rms_norm(block_in, attn_norm, cfg.rms_norm_eps), attention, ctx)
             streams = kernels.hc_post(out, streams, post, comb)
             block_in, post, comb = kernels.hc_pre(streams, hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
-            out = moe_forward(rms_norm(block_in, ffn_norm, cfg.rms_norm_eps), token_ids, moe, cfg, self.policy,
+            out = moe_forward(kernels.rms_norm(block_in, ffn_norm, cfg.rms_norm_eps), token_ids, moe, cfg, self.policy,
                               self.kernels)
             if after_moe is not None:
                 after_moe(ctx, out)
@@ -224,6 +223,6 @@ class DeepseekV4Model:
     def _logits(self, streams: torch.Tensor) -> torch.Tensor:
         cfg = self.config
         hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
-        hidden = rms_norm(self.kernels.hc_head(streams, *self.hc_head_weights, **hc_args), self.final_norm,
-                          cfg.rms_norm_eps)
+        collapsed = self.kernels.hc_head(streams, *self.hc_head_weights, **hc_args)
+        hidden = self.kernels.rms_norm(collapsed, self.final_norm, cfg.rms_norm_eps)
         return self.kernels.linear(hidden, self.head)

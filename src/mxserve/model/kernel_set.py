@@ -18,6 +18,7 @@ from mxserve.kernels.hyper_connection import hc_head_ref, hc_post_ref, hc_pre_re
 from mxserve.kernels.indexer import indexer_scores_ref
 from mxserve.kernels.linear import grouped_linear_ref, linear_ref
 from mxserve.kernels.moe import expert_ffn_ref, moe_experts_ref, route_ref
+from mxserve.kernels.rms_norm import rms_norm
 from mxserve.kernels.sparse_attention import sparse_attention_ref
 from mxserve.kernels.topk import topk_tiebroken
 from mxserve.model.fused_ref import kv_insert_ref, q_norm_rope_ref, rope_ref
@@ -48,6 +49,7 @@ class KernelSet:
     hc_pre: Callable = hc_pre_ref  # streams [T, hc, D] -> (block input, post, comb)
     hc_post: Callable = hc_post_ref  # (block out, streams, post, comb) -> new streams
     hc_head: Callable = hc_head_ref  # the final collapse streams -> [T, D]
+    rms_norm: Callable = rms_norm  # (x [T, D], weight [D], eps) -> x's dtype; block, q low-rank and final norms
     labels: Mapping[str, str] = field(default_factory=dict)  # op -> backend description ("reference" if absent)
 
     def label(self, op: str) -> str:

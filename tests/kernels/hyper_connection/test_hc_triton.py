@@ -117,7 +117,9 @@ def test_chooser_off_unless_forced_and_the_slots():
     assert cpu.backend == "reference" and "needs an NVIDIA GPU" in cpu.reason
     assert choose_hc(HyperConnectionSpec(32, 64, "bfloat16"), h200, forced="triton").backend == "reference"
     assert hc_ops("reference") == {}
+    from mxserve.kernels.rms_norm.triton import rms_norm_triton
+
     assert hc_ops("triton") == {"hc_pre": ht.hc_pre_triton, "hc_post": ht.hc_post_triton,
-                                "hc_head": ht.hc_head_triton}
+                                "hc_head": ht.hc_head_triton, "rms_norm": rms_norm_triton}
     with pytest.raises(ValueError, match=r"hc: unknown backend 'cuda'; known: \['reference', 'triton'\]"):
         choose_hc(spec, h200, forced="cuda")

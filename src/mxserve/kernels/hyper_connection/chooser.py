@@ -2,7 +2,7 @@
 
 The style of `mxserve.kernels.chooser`: a frozen `HyperConnectionSpec` says what the model needs;
 candidates in priority order answer `is_supported(platform)` and `can_implement(spec)`. The
-Triton candidate (hc_pre / hc_post / hc_head at once) is off unless forced
+Triton candidate (hc_pre / hc_post / hc_head and the block RMS norms at once) is off unless forced
 (`kernel_overrides={"hc": "triton"}` or `MXSERVE_KERNEL_OVERRIDES=hc=triton`) until it is
 measured on the H200. `hc_ops(backend)` maps KernelSet slot names to implementations.
 """
@@ -63,5 +63,8 @@ def hc_ops(backend: str) -> dict[str, Callable]:
     if backend != "triton":
         raise ValueError(f"hc: unknown backend {backend!r}; known: {list(HC_BACKENDS)}")
     from mxserve.kernels.hyper_connection.triton import hc_head_triton, hc_post_triton, hc_pre_triton
+    from mxserve.kernels.rms_norm.triton import rms_norm_triton
 
-    return {"hc_pre": hc_pre_triton, "hc_post": hc_post_triton, "hc_head": hc_head_triton}
+    # the block norms ride along: the same residual-stream glue, each one launch instead of ~10
+    return {"hc_pre": hc_pre_triton, "hc_post": hc_post_triton, "hc_head": hc_head_triton,
+            "rms_norm": rms_norm_triton}
