@@ -17,9 +17,12 @@ rounding point:
   + eps in fp64, the block input Σ_i pre_i·X_i in fp64 in stream order (i = 0, 1, ...), from +0
   and without FMA (the twin materialises each product), rounded fp64 → fp32 →
   stream dtype (torch's double → bfloat16 cast goes through float too). With `WITH_POST` (off
-  for `hc_head`) one more program per token block (the grid's last column) does post =
-  2·sigmoid(·) and the softmax + Sinkhorn of comb in fp64 ([BLOCK_T, hc, hc] in registers)
-  beside the block-input programs, and stores both as fp32.
+  for `hc_head`) BLOCK_T // POST_BLOCK_T more programs per token block (the grid's last columns)
+  do post = 2·sigmoid(·) and the softmax + Sinkhorn of comb in fp64 ([POST_BLOCK_T, hc, hc] in
+  registers, POST_BLOCK_T = 1: one element a thread, so one fp64 division a thread per
+  half-step; the layouts of every reduction over splits, rows and columns are those the
+  4-token program had, so the same summation orders) beside the block-input programs, and
+  store both as fp32.
 * `_hc_post_kernel` — per (token, D-block): X'_j = post_j·F + Σ_i comb_ij·X_i in fp64, the sum
   over i in order from +0, rounded like the block input. Every product is exact in fp64 (fp32
   weights times bf16/fp32 values), so only the order of the five additions could differ from
@@ -203,7 +206,7 @@ def _hc_finish_kernel(
     T, D, N, iters, stride_xt, stride_xh, stride_ot,
     HC: tl.constexpr, HC_PAD: tl.constexpr, HC_EPS: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WITH_POST: tl.constexpr, OUT_BF16: tl.constexpr,
-    USE_LIBDEVICE: tl.constexpr,
+    USE_LIBDEVICE: tl.constexpr, POST_BLOCK_T: tl.constexpr,
 ):
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     t_mask = offs_t < T
@@ -230,10 +233,15 @@ def _hc_finish_kernel(
             acc += pre_i[:, None] * x
         _store_rounded(out_ptr + t64[:, None] * stride_ot + offs_d[None, :], acc, tile, OUT_BF16)
     elif WITH_POST:
-        # the one extra program per token block (the launcher's last grid column): post and comb,
-        # beside the block-input programs rather than after one of them
-        _post_and_comb(mix_ptr, base_ptr, scale_ptr, post_ptr, comb_ptr, offs_t, t_mask, mix_row, N, iters,
-                       HC, HC_PAD, HC_EPS, NUM_SPLITS, SPLITS_PAD, USE_LIBDEVICE)
+        # the extra programs per token block (the launcher's last BLOCK_T // POST_BLOCK_T grid
+        # columns): post and comb of POST_BLOCK_T tokens each, beside the block-input programs
+        # rather than after one of them; a sub-block wholly past T has nothing to store
+        t0 = tl.program_id(0) * BLOCK_T + (pid_d - tl.cdiv(D, BLOCK_D)) * POST_BLOCK_T
+        if t0 < T:
+            offs_p = t0 + tl.arange(0, POST_BLOCK_T)
+            _post_and_comb(mix_ptr, base_ptr, scale_ptr, post_ptr, comb_ptr, offs_p, offs_p < T,
+                           offs_p * (NUM_SPLITS * N), N, iters,
+                           HC, HC_PAD, HC_EPS, NUM_SPLITS, SPLITS_PAD, USE_LIBDEVICE)
 
 
 @triton.jit(do_not_specialize=["T"])

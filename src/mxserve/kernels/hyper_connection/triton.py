@@ -4,8 +4,8 @@ The same signatures and contracts as the twins in `reference.py`, and the same b
 (`_hc_kernel.py` says where the fp64 summation orders differ from torch's and why that rounds to
 the same fp32 / bf16 values except with probability ~2^-22 per value).
 Launches per call: hc_pre 3 (sums of squares, partial mixes, finish: block input + post/comb with
-the whole Sinkhorn in registers), hc_head 3 (the same without post/comb), hc_post 1. Every launch
-parameter is a function of (hc, D, number of mixes) only, never of the token count, so a token's
+the whole Sinkhorn in registers, one post/comb program per token), hc_head 3 (the same without
+post/comb), hc_post 1. Every launch parameter is a function of (hc, D, number of mixes) only, never of the token count, so a token's
 result does not depend on the batch; nothing here reads a device value on the host (CUDA-graph
 capture). Runs on CUDA tensors, or anywhere under TRITON_INTERPRET=1 (the test suite).
 """
@@ -36,7 +36,12 @@ MIX_TILE = 2048  # fp64 accumulators per mix program: BLOCK_T x BLOCK_N x BLOCK_
 # The interpreter's cost is per operation, not per element: fewer, longer steps over the split
 # (another fixed order of the fp64 sums, as batch invariant; tests run the GPU tile too)
 INTERPRETER_MIX_TILE = 16384
-FINISH_BLOCK_T = 4  # tokens per finish program (the Sinkhorn runs on a [4, hc, hc] tile)
+FINISH_BLOCK_T = 4  # tokens per finish block-input program
+# tokens per post/comb program (FINISH_BLOCK_T // this of them per token block): one, so each thread
+# holds one element of the [1, hc, hc] comb and runs one fp64 division per Sinkhorn half-step
+# (with 4 tokens a program the layout gave a thread 2 tokens at the default model and all 4 at
+# Flash, their divisions serialised: the Sinkhorn chain ran 2-4x)
+FINISH_POST_BLOCK_T = 1
 BLOCK_D = 512  # hidden channels per finish / hc_post program
 # warps per kernel: the mix program's [4, 32, 16] fp64 tile and its 16 unrolled steps' loads fit
 # 8 warps without spills (sm90_compile.py); the others are small
@@ -61,7 +66,7 @@ def launch_constexprs(hc: int, dim: int, num_mixes: int, *, interpreter: bool) -
         "mix": dict(NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, SPLIT_K=SPLIT_K, BLOCK_T=MIX_BLOCK_T, BLOCK_N=block_n,
                     BLOCK_K=max(16, min(SPLIT_K, tile // (MIX_BLOCK_T * block_n)))),
         "finish": dict(HC=hc, HC_PAD=hc_pad, NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, BLOCK_T=FINISH_BLOCK_T,
-                       BLOCK_D=block_d),
+                       BLOCK_D=block_d, POST_BLOCK_T=FINISH_POST_BLOCK_T),
         "post": dict(HC=hc, HC_PAD=hc_pad, BLOCK_D=block_d),
     }
 # -------------------------------------------------------------------------------------------------
@@ -131,7 +136,8 @@ def _finish(streams: torch.Tensor, mixes: torch.Tensor, base: torch.Tensor, scal
     else:
         post = comb = out  # unused pointer slots (WITH_POST=False)
     consts = launch_constexprs(hc, dim, mixes.shape[2], interpreter=interpreting())["finish"]
-    grid = (triton.cdiv(num_tokens, FINISH_BLOCK_T), triton.cdiv(dim, consts["BLOCK_D"]) + with_post)  # + post/comb
+    num_post = FINISH_BLOCK_T // FINISH_POST_BLOCK_T if with_post else 0  # post/comb programs per token block
+    grid = (triton.cdiv(num_tokens, FINISH_BLOCK_T), triton.cdiv(dim, consts["BLOCK_D"]) + num_post)
     _hc_finish_kernel[grid](
         streams, mixes, base, scale, out, post, comb,
         num_tokens, dim, mixes.shape[2], int(sinkhorn_iters), streams.stride(0), streams.stride(1), out.stride(0),
