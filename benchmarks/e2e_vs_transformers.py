@@ -95,7 +95,7 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 64])
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton",
+    ap.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton,hc=triton",
                     help="mxserve kernel overrides (MXSERVE_KERNEL_OVERRIDES syntax); '' = engine defaults")
     ap.add_argument("--out", type=Path, default=Path("e2e.json"))
     args = ap.parse_args()

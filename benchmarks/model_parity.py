@@ -104,7 +104,7 @@ def main() -> None:
     ap.add_argument("--num-new", type=int, default=256)
     ap.add_argument("--out", type=Path, default=Path("model_parity.json"))
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run under TRITON_INTERPRET=1 (slow)")
-    ap.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton",
+    ap.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton,hc=triton",
                     help="the engine's op=backend overrides under test (e.g. linear=reference,moe=triton,"
                          "attention=triton to find which op moves the tokens)")
     ap.add_argument("--numerics", default="faithful", choices=["faithful", "exact"],

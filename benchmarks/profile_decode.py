@@ -134,7 +134,7 @@ def profile_default(args: argparse.Namespace, overrides: dict[str, str]) -> dict
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--what", nargs="+", default=["flash", "default"], choices=["flash", "default"])
-    ap.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton",
+    ap.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton,hc=triton",
                     help="op=backend overrides, as `mxserve bench layers --kernels`")
     ap.add_argument("--layers", type=int, default=2, help="Flash layers to build (CSA, HCA, ...)")
     ap.add_argument("--batch", type=int, default=1)
