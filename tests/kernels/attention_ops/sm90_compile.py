@@ -13,20 +13,13 @@ script or in a subprocess, never imported into a pytest process (the suite sets 
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "0"
-os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="sm90_compile_")  # a cold compile every run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/kernels: the shared sm90_report
 
+import sm90_report as sm90  # before triton: it forces TRITON_INTERPRET off and a cold cache
 import triton
-from triton.backends.compiler import GPUTarget
 
 from mxserve.formats.ds_mla_entry import DS_MLA_DATA_BYTES, DS_MLA_SCALE_BYTES
 from mxserve.kernels.attention_ops import triton_ops
@@ -41,7 +34,6 @@ ARG_TYPES = {  # runtime arguments by name; everything else in a signature is a 
     "x_ptr": "*fp32", "w_ptr": "*fp32", "pos_ptr": "*i64", "slot_ptr": "*i64", "inv_freq_ptr": "*fp32",
     "buf": "*u8", "block_size": "i32", "stride": "i32", "stride_xt": "i32", "eps": "fp32",
 }
-PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas-blackwell"  # Triton's for sm_90
 
 
 def _constexprs(kernel_name: str, ratio: int, overlap: bool) -> dict:
@@ -54,40 +46,19 @@ def _constexprs(kernel_name: str, ratio: int, overlap: bool) -> dict:
                 DATA_BYTES=DS_MLA_DATA_BYTES, SCALE_BYTES=DS_MLA_SCALE_BYTES)
 
 
-def _ptxas_report(ptx: str) -> dict:
-    """Registers, spill bytes and stack of the kernel's entry function, from ptxas -v."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.ptx"
-        path.write_text(ptx)
-        out = subprocess.run([str(PTXAS), "-v", "--gpu-name=sm_90a", str(path), "-o", str(path.with_suffix(".o"))],
-                             capture_output=True, text=True, check=True).stderr
-    entry = out.split("Compiling entry function", 1)[1]  # skip the libdevice helpers' reports
-    spills = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", entry)
-    regs = re.search(r"Used (\d+) registers", entry)
-    return {"n_regs": int(regs.group(1)), "stack_bytes": int(spills.group(1)),
-            "spill_store_bytes": int(spills.group(2)), "spill_load_bytes": int(spills.group(3))}
-
-
 def compile_report(kernel_name: str, shape: str) -> dict:
     kernel = {"pool": _compressor_pool_kernel, "insert": _kv_insert_kernel}[kernel_name]
     consts = _constexprs(kernel_name, *SHAPES[shape])
-    signature = {name: "constexpr" if name in consts else ARG_TYPES[name] for name in kernel.arg_names}
-    start = time.perf_counter()
-    compiled = triton.compile(triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=consts),
-                              target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "enable_fp_fusion": False})
-    compile_s = time.perf_counter() - start
+    signature, _ = sm90.signature(kernel, consts, ARG_TYPES)
+    compiled, compile_s = sm90.compile_sm90(kernel, signature, consts, num_warps=4, enable_fp_fusion=False)
     return {"kernel": kernel.__name__, "shape": shape, "compile_s": round(compile_s, 2),
-            "ptx_lines": compiled.asm["ptx"].count("\n"), **_ptxas_report(compiled.asm["ptx"])}
+            "ptx_lines": compiled.asm["ptx"].count("\n"), **sm90.ptxas_report(compiled.asm["ptx"])[0]}
 
 
 def main() -> None:
     # the insert kernel does not depend on R: compiled once (it is the window-KV kernel)
     reports = [compile_report("pool", "hca"), compile_report("pool", "csa"), compile_report("insert", "hca")]
-    if "--json" in sys.argv:
-        print(json.dumps(reports))
-        return
-    for r in reports:
-        print(" ".join(f"{k}={v}" for k, v in r.items()))
+    sm90.print_reports(reports)
 
 
 if __name__ == "__main__":

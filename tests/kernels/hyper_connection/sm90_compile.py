@@ -13,21 +13,14 @@ never imported into a pytest process (the suite sets it on).
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "0"
-os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="sm90_compile_")  # a cold compile every run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/kernels: the shared sm90_report
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's warning; the options below say it anyway
 
-import triton
-from triton.backends.compiler import GPUTarget
+import sm90_report as sm90  # before triton: it forces TRITON_INTERPRET off and a cold cache
 
 from mxserve.kernels.hyper_connection import triton as hc_triton
 from mxserve.kernels.hyper_connection._hc_kernel import (
@@ -47,21 +40,6 @@ ARG_TYPES = {  # runtime arguments by name; everything else in a signature is a 
     "stride_xt": "i32", "stride_xh": "i32", "stride_fn": "i32", "stride_ot": "i32", "stride_oh": "i32",
     "stride_ft": "i32",
 }
-PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas-blackwell"  # Triton's for sm_90
-
-
-def _ptxas_report(ptx: str) -> dict:
-    """Registers, spill bytes and stack of the kernel's entry function, from ptxas -v."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.ptx"
-        path.write_text(ptx)
-        out = subprocess.run([str(PTXAS), "-v", "--gpu-name=sm_90a", str(path), "-o", str(path.with_suffix(".o"))],
-                             capture_output=True, text=True, check=True).stderr
-    entry = out.split("Compiling entry function", 1)[1]  # skip the libdevice helpers' reports
-    spills = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", entry)
-    regs = re.search(r"Used (\d+) registers", entry)
-    return {"n_regs": int(regs.group(1)), "stack_bytes": int(spills.group(1)),
-            "spill_store_bytes": int(spills.group(2)), "spill_load_bytes": int(spills.group(3))}
 
 
 def _cases(dim: int) -> list[tuple[str, str, object, dict]]:
@@ -81,26 +59,18 @@ def _cases(dim: int) -> list[tuple[str, str, object, dict]]:
 
 
 def compile_report(label: str, name: str, kernel, consts: dict, shape: str) -> dict:
-    signature = {arg: "constexpr" if arg in consts else ARG_TYPES[arg] for arg in kernel.arg_names}
-    start = time.perf_counter()
-    compiled = triton.compile(triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=consts),
-                              target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": hc_triton.NUM_WARPS[name],
-                                       "enable_fp_fusion": hc_triton.FP_FUSION[name]})
-    compile_s = time.perf_counter() - start
+    signature, _ = sm90.signature(kernel, consts, ARG_TYPES)
+    compiled, compile_s = sm90.compile_sm90(kernel, signature, consts, num_warps=hc_triton.NUM_WARPS[name],
+                                            enable_fp_fusion=hc_triton.FP_FUSION[name])
     ptx = compiled.asm["ptx"]
     return {"kernel": label, "shape": shape, "num_warps": hc_triton.NUM_WARPS[name], "compile_s": round(compile_s, 2),
-            "ptx_lines": ptx.count("\n"), "bar_sync": ptx.count("bar.sync"), **_ptxas_report(ptx)}
+            "ptx_lines": ptx.count("\n"), "bar_sync": ptx.count("bar.sync"), **sm90.ptxas_report(ptx)[0]}
 
 
 def main() -> None:
     reports = [compile_report(label, name, kernel, consts, shape)
                for shape, dim in SHAPES.items() for label, name, kernel, consts in _cases(dim)]
-    if "--json" in sys.argv:
-        print(json.dumps(reports))
-        return
-    for r in reports:
-        print(" ".join(f"{k}={v}" for k, v in r.items()))
+    sm90.print_reports(reports)
 
 
 if __name__ == "__main__":

@@ -17,25 +17,17 @@ TRITON_INTERPRET is forced off: run it as a script, never imported into a pytest
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "0"
-os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="sm90_compile_")  # a cold compile every run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/kernels: the shared sm90_report
 
-import triton
-from triton.backends.compiler import GPUTarget
+import sm90_report as sm90  # before triton: it forces TRITON_INTERPRET off and a cold cache
 
 from mxserve.kernels.linear_fp8_block._linear_fp8_block_kernel import _blockdot_kernel
 
-BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-PTXAS, NVDISASM = BIN / "ptxas-blackwell", BIN / "nvdisasm"  # ptxas-blackwell: the one Triton uses for sm_90
 POINTERS = {"xs_ptr": "*fp32", "w_ptr": "*u8", "ws_ptr": "*u8", "lut_ptr": "*u8", "out_ptr": "*fp32",
             "sum_ptr": "*fp32", "cnt_ptr": "*i32"}
 DIVISIBLE = {"N", "K", "stride_xm", "stride_xg", "stride_wn", "stride_om"}  # multiples of 16 at the release shapes
@@ -53,20 +45,6 @@ LAUNCHES = {  # name: constexprs of the launch; "in_program" is the pre-issue-9 
 CONFIGS = [(64, 4, 4), (128, 4, 4), (64, 4, 6)]  # (BLOCK_N, warps, stages): triton.DECODE_CONFIGS
 KEY_OPS = ("F2FP", "LDS", "LDSM", "STS", "SHFL", "HGMMA", "QGMMA", "BAR", "MEMBAR", "LDG", "LDGSTS", "FMUL", "FFMA",
            "FMNMX", "IMAD", "PRMT")
-
-
-def _ptxas(ptx: str) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.ptx"
-        path.write_text(ptx)
-        cubin = path.with_suffix(".cubin")
-        err = subprocess.run([str(PTXAS), "-v", "--gpu-name=sm_90a", str(path), "-o", str(cubin)],
-                             capture_output=True, text=True, check=True).stderr
-        sass = subprocess.run([str(NVDISASM), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
-    entry = err.split("Compiling entry function", 1)[1]
-    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", entry)
-    return {"n_regs": int(re.search(r"Used (\d+) registers", entry).group(1)),
-            "spill_bytes": int(spills.group(1)) + int(spills.group(2)), "sass": sass}
 
 
 def _k_loop(sass: str) -> list[str]:
@@ -88,32 +66,29 @@ def _k_loop(sass: str) -> list[str]:
     return ops
 
 
-def compile_report(mode: str, launch: str, block_n: int, warps: int, stages: int, dump: Path | None = None) -> dict:
-    x_type, consts = MODES[mode]
-    consts = dict(consts, **LAUNCHES[launch], BLOCK_M=16, BLOCK_N=block_n)
-    signature, attrs = {}, {}
-    for i, name in enumerate(_blockdot_kernel.arg_names):
-        if name in consts:
-            signature[name] = "constexpr"
-        elif name == "x_ptr" or name in POINTERS:
-            signature[name] = x_type if name == "x_ptr" else POINTERS[name]
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        else:
-            signature[name] = "i32"
-            if name in DIVISIBLE:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    compiled = triton.compile(
-        triton.compiler.ASTSource(fn=_blockdot_kernel, signature=signature, constexprs=consts, attrs=attrs),
-        target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
-    report = _ptxas(compiled.asm["ptx"])
-    sass = report.pop("sass")
-    tag = f"{mode}-{launch}-{block_n}x{warps}x{stages}"
+def compile_tile(kernel, consts: dict, types: dict, divisible: set, warps: int, stages: int, tag: str,
+                 dump: Path | None) -> tuple:
+    """(compiled, ptxas report, SASS, K-loop opcodes, their counts) of one tile: pointers and the ints
+    in `divisible` 16-divisible, the other ints i32; PTX and SASS written to `dump` when given."""
+    signature, attrs = sm90.signature(kernel, consts, types, default="i32", divisible=divisible)
+    compiled, _ = sm90.compile_sm90(kernel, signature, consts, attrs, num_warps=warps, num_stages=stages)
+    regs, cubin = sm90.ptxas_report(compiled.asm["ptx"])
+    report = {"n_regs": regs["n_regs"], "spill_bytes": regs["spill_store_bytes"] + regs["spill_load_bytes"]}
+    sass = sm90.disassemble(cubin, "nvdisasm", "-c")
     if dump is not None:
         dump.mkdir(parents=True, exist_ok=True)
         (dump / f"{tag}.ptx").write_text(compiled.asm["ptx"])
         (dump / f"{tag}.sass").write_text(sass)
     loop = _k_loop(sass)
-    counts = Counter(op.split(".")[0] for op in loop)
+    return compiled, report, sass, loop, Counter(op.split(".")[0] for op in loop)
+
+
+def compile_report(mode: str, launch: str, block_n: int, warps: int, stages: int, dump: Path | None = None) -> dict:
+    x_type, consts = MODES[mode]
+    consts = dict(consts, **LAUNCHES[launch], BLOCK_M=16, BLOCK_N=block_n)
+    tag = f"{mode}-{launch}-{block_n}x{warps}x{stages}"
+    compiled, report, _, loop, counts = compile_tile(_blockdot_kernel, consts, {**POINTERS, "x_ptr": x_type},
+                                                     DIVISIBLE, warps, stages, tag, dump)
     smem = compiled.metadata.shared
     threads = 32 * warps
     by_regs = 65536 // (-(-report["n_regs"] // 8) * 8 * threads)
@@ -131,11 +106,7 @@ def main() -> None:
     jobs += [("wo_prepared", launch, *CONFIGS[0]) for launch in ("split", "fused")]
     jobs += [("wo_bf16x", "fused", *cfg) for cfg in CONFIGS[1:]]
     reports = [compile_report(*job, dump=dump) for job in jobs]
-    if "--json" in sys.argv:
-        print(json.dumps(reports))
-        return
-    for r in reports:
-        print(" ".join(f"{k}={v}" for k, v in r.items()))
+    sm90.print_reports(reports)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ registers, spills, shared memory, programs per SM, and the wgmma of its K loop.
 
     .venv/bin/python tests/kernels/linear_fp8_block/sm90_compile_prefill_fast.py [--dump DIR]
 
-Same method as `sm90_compile.py` (its ptxas / SASS helpers, imported as a sibling module: run it
+Same method as `sm90_compile.py` (its `compile_tile`, imported as a sibling module: run it
 as a script, never from pytest): Triton 3.9 here, the device runs 3.6, so the counts are
 indicative. wgmma shows as HGMMA (bf16) / QGMMA (e4m3) in the SASS; HMMA only would be the slow
 mma.sync path. One K-loop trip is one BLOCK_K step of a BLOCK_N x BLOCK_M tile.
@@ -11,19 +11,11 @@ mma.sync path. One K-loop trip is one BLOCK_K step of a BLOCK_N x BLOCK_M tile.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
-import tempfile
-from collections import Counter
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "0"
-os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="sm90_compile_")  # a cold compile every run
-
-import triton
-from sm90_compile import KEY_OPS, _k_loop, _ptxas
-from triton.backends.compiler import GPUTarget
+from sm90_compile import KEY_OPS, compile_tile  # the sibling script; it imports the shared sm90_report
 
 from mxserve.kernels.linear_fp8_block._prefill_fast_kernel import _prefill_fast_kernel
 from mxserve.kernels.linear_fp8_block.triton import PREFILL_FAST_CONFIGS
@@ -35,29 +27,10 @@ DIVISIBLE = {"N", "K", "stride_xm", "stride_wn", "stride_om"}
 def compile_report(w8a8: bool, cfg: tuple, dump: Path | None = None) -> dict:
     block_n, block_m, block_k, warps, stages = cfg
     consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=16, EVEN_K=True, W8A8=w8a8, DOT=2)
-    signature, attrs = {}, {}
-    for i, name in enumerate(_prefill_fast_kernel.arg_names):
-        if name in consts:
-            signature[name] = "constexpr"
-        elif name == "x_ptr" or name in POINTERS:
-            signature[name] = ("*fp8e4nv" if w8a8 else "*bf16") if name == "x_ptr" else POINTERS[name]
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        else:
-            signature[name] = "i32"
-            if name in DIVISIBLE:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    compiled = triton.compile(
-        triton.compiler.ASTSource(fn=_prefill_fast_kernel, signature=signature, constexprs=consts, attrs=attrs),
-        target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
-    report = _ptxas(compiled.asm["ptx"])
-    sass = report.pop("sass")
     tag = f"{'w8a8' if w8a8 else 'wo_bf16x'}-{block_n}x{block_m}x{block_k}-w{warps}s{stages}"
-    if dump is not None:
-        dump.mkdir(parents=True, exist_ok=True)
-        (dump / f"{tag}.ptx").write_text(compiled.asm["ptx"])
-        (dump / f"{tag}.sass").write_text(sass)
-    loop = _k_loop(sass)
-    counts = Counter(op.split(".")[0] for op in loop)
+    types = {**POINTERS, "x_ptr": "*fp8e4nv" if w8a8 else "*bf16"}
+    compiled, report, sass, loop, counts = compile_tile(_prefill_fast_kernel, consts, types, DIVISIBLE, warps,
+                                                        stages, tag, dump)
     smem = compiled.metadata.shared
     by_regs = 65536 // (-(-report["n_regs"] // 8) * 8 * 32 * warps)
     by_smem = (228 * 1024) // (smem + 1024)

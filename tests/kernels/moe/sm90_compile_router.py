@@ -15,21 +15,15 @@ name does not start with test_, so pytest does not collect it.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
 import sys
-import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "0"
-os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="sm90_compile_router_")  # a cold compile every run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/kernels: the shared sm90_report
 
+import sm90_report as sm90  # before triton: it forces TRITON_INTERPRET off and a cold cache
 import triton
-from triton.backends.compiler import GPUTarget
 
 from mxserve.kernels.moe import router
 from mxserve.kernels.moe._router_kernel import (
@@ -39,8 +33,6 @@ from mxserve.kernels.moe._router_kernel import (
 )
 
 E, D, TOP_K = 256, 4096, 6
-BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-PTXAS = BIN / "ptxas-blackwell"  # Triton's ptxas for sm_90 (the plain one is older than Triton's PTX)
 ARG_TYPES = {  # runtime arguments by name; everything else in a signature is a constexpr
     "x_ptr": "*bf16", "w_ptr": "*bf16", "part_ptr": "*fp64", "out_ptr": "*fp32", "bias_ptr": "*fp32",
     "tid2eid_ptr": "*i64", "token_ids_ptr": "*i64", "scaling_ptr": "*fp64", "weights_ptr": "*fp32",
@@ -69,45 +61,24 @@ def _cases() -> list[tuple[str, object, dict, int]]:
 
 def _ptxas_report(ptx: str) -> dict:
     """Registers, spill bytes and stack of the kernel's entry function (ptxas -v), and its SASS mix."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.ptx"
-        path.write_text(ptx)
-        cubin = path.with_suffix(".cubin")
-        out = subprocess.run([str(PTXAS), "-v", "--gpu-name=sm_90a", str(path), "-o", str(cubin)],
-                             capture_output=True, text=True, check=True).stderr
-        sass = subprocess.run([str(BIN / "cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True,
-                              check=True).stdout
-    entry = out.split("Compiling entry function", 1)[1]  # skip the libdevice helpers' reports
-    spills = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", entry)
-    regs = re.search(r"Used (\d+) registers", entry)
+    report, cubin = sm90.ptxas_report(ptx)
+    sass = sm90.disassemble(cubin, "cuobjdump", "-sass")
     ops = Counter(m.split(".")[0] if not m.startswith("F2F.F64") else "F2F.F64"
                   for m in re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass, re.M))
-    return {"n_regs": int(regs.group(1)), "stack_bytes": int(spills.group(1)),
-            "spill_store_bytes": int(spills.group(2)), "spill_load_bytes": int(spills.group(3)),
-            "sass": sum(ops.values()), "fp64_ops": ops["DFMA"] + ops["DMUL"] + ops["DADD"],
+    return {**report, "sass": sum(ops.values()), "fp64_ops": ops["DFMA"] + ops["DMUL"] + ops["DADD"],
             "f2f_f64": ops["F2F.F64"], "shfl": ops["SHFL"], "bar": ops["BAR"], "ldg": ops["LDG"]}
 
 
 def compile_report(name: str, kernel, consts: dict, num_warps: int) -> dict:
-    signature = {n: "constexpr" if n in consts else ARG_TYPES[n] for n in kernel.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(kernel.arg_names)
-             if n not in consts and (ARG_TYPES[n].startswith("*") or n in DIVISIBLE_BY_16)}
-    start = time.perf_counter()
-    compiled = triton.compile(
-        triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=consts, attrs=attrs),
-        target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
-    compile_s = time.perf_counter() - start
+    signature, attrs = sm90.signature(kernel, consts, ARG_TYPES, divisible=DIVISIBLE_BY_16)
+    compiled, compile_s = sm90.compile_sm90(kernel, signature, consts, attrs, num_warps=num_warps)
     return {"kernel": name, "triton": triton.__version__, "num_warps": num_warps, "compile_s": round(compile_s, 2),
             **_ptxas_report(compiled.asm["ptx"])}
 
 
 def main() -> None:
     reports = [compile_report(*case) for case in _cases()]
-    if "--json" in sys.argv:
-        print(json.dumps(reports))
-        return
-    for r in reports:
-        print(" ".join(f"{k}={v}" for k, v in r.items()))
+    sm90.print_reports(reports)
 
 
 if __name__ == "__main__":

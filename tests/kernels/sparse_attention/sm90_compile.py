@@ -15,21 +15,15 @@ a pytest process (the suite sets it on; pytest collects only test_*.py).
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "0"
-os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="sm90_compile_")  # a cold compile every run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/kernels: the shared sm90_report
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns without it; 1 = its default
 
-import triton
-from triton.backends.compiler import GPUTarget
+import sm90_report as sm90  # before triton: it forces TRITON_INTERPRET off and a cold cache
 
 from mxserve.formats.ds_mla_entry import DS_MLA_DATA_BYTES, DS_MLA_SCALE_BYTES
 from mxserve.kernels.attention_ops.cache_args import EntryMode
@@ -41,8 +35,6 @@ from mxserve.kernels.sparse_attention._sparse_attention_kernel import (
 
 HEADS, HEAD_DIM, BLOCK_SIZE = 64, 512, 64
 STRIDE = 37440  # default page stride for B = 64
-BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-PTXAS = BIN / "ptxas-blackwell"  # the one Triton itself uses for sm_90
 # (name -> (type, value or None)): the value decides the multiple-of-16 specialization
 ARGS = {
     "part_acc_ptr": ("*fp32", None), "part_ml_ptr": ("*fp32", None), "sink_ptr": ("*fp32", None),
@@ -58,39 +50,19 @@ ARGS = {
 def _ptxas_report(ptx: str, cubin: bytes) -> dict:
     """Registers, spill bytes and stack of the kernel's entry function (ptxas -v); SASS instructions
     (straight-line code: the partial kernel has no loop, so this is what each warp issues)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.ptx"
-        path.write_text(ptx)
-        out = subprocess.run([str(PTXAS), "-v", "--gpu-name=sm_90a", str(path), "-o", str(path.with_suffix(".o"))],
-                             capture_output=True, text=True, check=True).stderr
-        (Path(tmp) / "k.cubin").write_bytes(cubin)
-        sass = subprocess.run([str(BIN / "nvdisasm"), str(Path(tmp) / "k.cubin")], capture_output=True, text=True,
-                              check=True).stdout
-    entry = out.split("Compiling entry function", 1)[1]  # skip the libdevice helpers' reports
-    spills = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", entry)
-    regs = re.search(r"Used (\d+) registers", entry)
-    return {"n_regs": int(regs.group(1)), "stack_bytes": int(spills.group(1)),
-            "spill_store_bytes": int(spills.group(2)), "spill_load_bytes": int(spills.group(3)),
+    report, _ = sm90.ptxas_report(ptx)
+    sass = sm90.disassemble(cubin)  # Triton's own cubin
+    return {**report,
             "sass_instructions": len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?[A-Z]", sass, flags=re.M))}
 
 
 def compile_report(label: str, kernel, consts: dict, q_type: str, num_warps: int) -> dict:
     dont = set(kernel.do_not_specialize) if hasattr(kernel, "do_not_specialize") else set()
     dont = {kernel.arg_names[i] if isinstance(i, int) else i for i in dont}
-    signature, attrs = {}, {}
-    for i, name in enumerate(kernel.arg_names):
-        if name in consts:
-            signature[name] = "constexpr"
-            continue
-        ty, value = ("*" + q_type, None) if name == "q_ptr" else ARGS[name]
-        signature[name] = ty
-        if (ty.startswith("*") or (value is not None and value % 16 == 0)) and name not in dont:
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    start = time.perf_counter()
-    compiled = triton.compile(
-        triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=consts, attrs=attrs),
-        target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
-    compile_s = time.perf_counter() - start
+    types = {name: ty for name, (ty, _) in ARGS.items()} | {"q_ptr": "*" + q_type}
+    divisible = {name for name, (_, value) in ARGS.items() if value is not None and value % 16 == 0}
+    signature, attrs = sm90.signature(kernel, consts, types, divisible=divisible, skip=dont)
+    compiled, compile_s = sm90.compile_sm90(kernel, signature, consts, attrs, num_warps=num_warps)
     return {"kernel": label, "num_warps": num_warps, "compile_s": round(compile_s, 2),
             "smem_bytes": compiled.metadata.shared, **_ptxas_report(compiled.asm["ptx"], compiled.asm["cubin"])}
 
@@ -118,11 +90,7 @@ def main() -> None:
                   NUM_STAGES=launcher.COMBINE_NUM_STAGES)
     reports.append(compile_report("combine", _sparse_attention_combine_kernel, consts, "fp32",
                                   launcher.COMBINE_NUM_WARPS))
-    if "--json" in sys.argv:
-        print(json.dumps(reports))
-        return
-    for r in reports:
-        print(" ".join(f"{k}={v}" for k, v in r.items()))
+    sm90.print_reports(reports)
 
 
 if __name__ == "__main__":
