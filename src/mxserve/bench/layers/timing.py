@@ -59,6 +59,7 @@ def weight_owners(model: Any) -> dict[int, tuple[str, str]]:
         if isinstance(obj, Weight):
             owners[id(obj)] = (owner, path)
         elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            owners[id(obj)] = (owner, path)  # ops that take a weight group whole (hc_pre's weights)
             for f in dataclasses.fields(obj):
                 if f.name not in ("config", "policy", "kernels", "inv_freq"):
                     visit(getattr(obj, f.name), owner, f"{path}.{f.name}" if path else f.name)
@@ -69,6 +70,8 @@ def weight_owners(model: Any) -> dict[int, tuple[str, str]]:
     for layer_id, layer in enumerate(model.layers):
         visit(layer, f"layer {layer_id}", "")
     owners[id(model.head)] = ("head", "head")
+    for name in ("final_norm", "hc_head_weights"):  # the collapse and norm before the head
+        visit(getattr(model, name, None), "head", name)
     return owners
 
 
