@@ -12,8 +12,8 @@ Python table; here every row maps its own slots from the padded device tables
 (`decode_batch.paged_slots`) and the candidate sets have the capacity's width
 (`DecodeGeometry.hca_candidates` / `indexer_candidates`, top-k always `index_topk` wide), the
 columns past a row's visible count holding slot −1. A −1 column is a key that does not exist
-for every kernel (sparse attention masks it — the Triton kernel's extra fully-masked blocks
-leave its online softmax bit-unchanged; top-k never selects past `num_valid`; indexer keys of
+for every kernel (sparse attention masks it — a Triton chunk with no valid key leaves the
+partial it merges unchanged; top-k never selects past `num_valid`; indexer keys of
 −1 score 0 and are masked), so the widening changes no bit of a real row.
 """
 
