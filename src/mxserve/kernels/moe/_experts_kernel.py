@@ -159,23 +159,35 @@ def _block_rows(sorted_ptr, block_expert_ptr, expert_start_ptr, expert_count_ptr
 
 
 @triton.jit
-def _swiglu_epilogue(g, u, pair, pos, valid, n_mask, offs_n, route_w_ptr, h_ptr, hs_ptr, stride_h, stride_hs,
-                     limit, H_BF16: tl.constexpr, QUANT_H: tl.constexpr, H_CODES: tl.constexpr):
-    """Stores h[pos, n] for the fp32 gate/up sums g, u [BLOCK_N, BLOCK_M] (see `_moe_gate_up_kernel`);
-    with QUANT_H the tile is one 128-channel block of h, program_id(0) its index."""
+def _swiglu_values(g, u, pair, valid, keep, route_w_ptr, limit, H_BF16: tl.constexpr, QUANT_H: tl.constexpr):
+    """(h, q, scale): h = (silu(min(g, L)) · clamp(u, ±L)) · routing weight for the fp32 gate/up sums g,
+    u [BLOCK_N, BLOCK_M], rounded to bf16 (H_BF16) and fake-quantized to e4m3fn over the tile's
+    channels (QUANT_H: q the e4m3fn values, scale [BLOCK_M] their power-of-two scales). Every kernel
+    that computes the hidden state calls this, so they all round the same way."""
     g = tl.minimum(g, limit)  # upper clamp only
     u = tl.minimum(tl.maximum(u, -limit), limit)
     rw = tl.load(route_w_ptr + pair, mask=valid, other=0.0)
     h = (g / (1.0 + tl.exp(-g))) * u * rw[None, :]
     if H_BF16:
         h = _round_bf16(h)
-    keep = n_mask[:, None] & valid[None, :]
-    if QUANT_H:  # BLOCK_N is 128: this tile's rows are whole 128-channel blocks of h
-        # the faithful quantizer of `act_quant` (NaN in h is not special-cased: it stays NaN)
+    q = h
+    scale = tl.zeros_like(rw)
+    if QUANT_H:  # the faithful quantizer of `act_quant` (NaN in h is not special-cased: it stays NaN)
         e = pow2_scale_exponent(tl.max(tl.where(keep, tl.abs(h), 0.0), axis=0))  # [BM]
         q = round_e4m3(clamp_e4m3(h * exp2_bits(-e)[None, :]))
         scale = exp2_bits(e)
         h = q * scale[None, :]
+    return h, q, scale
+
+
+@triton.jit
+def _swiglu_epilogue(g, u, pair, pos, valid, n_mask, offs_n, route_w_ptr, h_ptr, hs_ptr, stride_h, stride_hs,
+                     limit, H_BF16: tl.constexpr, QUANT_H: tl.constexpr, H_CODES: tl.constexpr):
+    """Stores h[pos, n] for the fp32 gate/up sums g, u [BLOCK_N, BLOCK_M] (see `_moe_gate_up_kernel`);
+    with QUANT_H the tile is one 128-channel block of h, program_id(0) its index."""
+    keep = n_mask[:, None] & valid[None, :]
+    h, q, scale = _swiglu_values(g, u, pair, valid, keep, route_w_ptr, limit, H_BF16, QUANT_H)
+    if QUANT_H:  # BLOCK_N is 128: this tile's rows are whole 128-channel blocks of h
         tl.store(hs_ptr + pos * stride_hs + tl.program_id(0), scale, mask=valid)
     dst = h_ptr + pos[None, :] * stride_h + offs_n[:, None]
     if H_CODES:

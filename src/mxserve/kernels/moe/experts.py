@@ -17,6 +17,9 @@ Variants ("how the multiply runs"; all compute the same math, tolerances in test
           prefill tile above. "bf16" takes this decode by itself wherever it applies: on the H200
           (2026-12-01) it ran 1 token in 76 us against the fused kernel's 225, 64 tokens in 1.6 ms
           against 17.6 (docs/benchmarks.md, MoE).
+  "bf16-stream"  "bf16-split"'s bits, decode up to 512 pairs in 3 launches that keep several
+          128-K blocks of codes, scales and activations in flight (`stream.py`,
+          `_experts_stream_kernel.py`); larger calls as "bf16-split". Opt-in until measured.
   "bf16-fused"  "bf16" with the split decode off (the fused gate/up+SwiGLU kernel at every size):
           the off switch, and the baseline the benchmark times the split decode against.
 Tile shapes depend on the number of pairs (decode: 16-row blocks; prefill: 64), never on the
@@ -45,8 +48,10 @@ from mxserve.kernels.moe.align import align_triton
 from mxserve.kernels.moe.chooser import MAX_SPLIT_SCALE_BYTE
 from mxserve.kernels.moe.reference import ExpertWeights
 from mxserve.kernels.moe.router import check_device, interpreting
+from mxserve.kernels.moe.stream import applies as stream_applies
+from mxserve.kernels.moe.stream import stream_decode
 
-VARIANTS = ("bf16", "bf16-fused", "w4a8", "bf16-split")
+VARIANTS = ("bf16", "bf16-fused", "w4a8", "bf16-split", "bf16-stream")
 DECODE_MAX_PAIRS = 256  # up to this many (token, slot) pairs a launch uses 16-row blocks
 TILES = {  # (BLOCK_M, num_warps, num_stages); BLOCK_N is 128 (one FP8 activation block of h)
     "decode": (16, 4, 3),
@@ -141,6 +146,12 @@ class StackedExperts:
         128). Computed once (a device reduction, so a host sync): `stacked_for` asks it at stacking."""
         return self.fmt == "mxfp4" and self.max_scale_byte() <= MAX_SPLIT_SCALE_BYTE
 
+    @cached_property
+    def scale_words(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The MXFP4 scales of w1, w3, w2 viewed as int32 [E, N, K/128]: one word holds the 4 group
+        bytes of a row's 128-K block (byte g = group g), one 4-byte load for the stream decode."""
+        return tuple(s.view(torch.int32) for s in (self.w1_scales, self.w3_scales, self.w2_scales))
+
     def max_w4a8_spread(self) -> int:
         """Largest spread (max - min) of the 4 group scale bytes of one row's 128-K block: the
         W4A8 weight rescale is lossless up to 14 (6 binades of headroom + e4m3fn's 8 below 0.5)."""
@@ -199,16 +210,19 @@ def moe_experts_triton(
     if st.w1.device != x.device:
         raise ValueError(f"moe_experts: weights on {st.w1.device}, x on {x.device}")
     top_k = expert_ids.shape[1]
-    out = torch.zeros((num_tokens, st.dim), dtype=torch.float32, device=x.device)
     if num_tokens == 0:
-        return out
+        return torch.zeros((0, st.dim), dtype=torch.float32, device=x.device)
     num_pairs = num_tokens * top_k
-    split = variant == "bf16-split" or (variant == "bf16" and st.takes_split_decode)
-    if variant == "bf16-split" and st.fmt != "mxfp4":
-        raise ValueError(f"moe_experts: variant 'bf16-split' reads MXFP4 experts, these are {st.fmt}")
-    if variant == "bf16-split" and not st.takes_split_decode:
-        raise ValueError(f"moe_experts: variant 'bf16-split' needs scale bytes <= {MAX_SPLIT_SCALE_BYTE}, these reach "
+    split = variant in ("bf16-split", "bf16-stream") or (variant == "bf16" and st.takes_split_decode)
+    if variant in ("bf16-split", "bf16-stream") and st.fmt != "mxfp4":
+        raise ValueError(f"moe_experts: variant {variant!r} reads MXFP4 experts, these are {st.fmt}")
+    if variant in ("bf16-split", "bf16-stream") and not st.takes_split_decode:
+        raise ValueError(f"moe_experts: variant {variant!r} needs scale bytes <= {MAX_SPLIT_SCALE_BYTE}, these reach "
                          f"{st.max_scale_byte()} > {MAX_SPLIT_SCALE_BYTE} (its bf16 factor would overflow)")
+    if variant == "bf16-stream" and tile != "prefill" and stream_applies(num_pairs):
+        return stream_decode(x, expert_ids, weights, st, limit=limit, quantize_inputs=quantize_inputs,
+                             hidden_dtype=hidden_dtype)
+    out = torch.empty((num_tokens, st.dim), dtype=torch.float32, device=x.device)  # the combine writes all of it
 
     # --- launch parameters ---------------------------------------------------------------------
     x_fp8 = variant == "w4a8"

@@ -1,0 +1,100 @@
+"""Launcher of the streaming MXFP4 expert decode (variant "bf16-stream"): `stream_decode`.
+
+Three launches per call (`_experts_stream_kernel.py` says why each piece is where it is): prep
+(x fake-quantized and stored even-then-odd per 128-block; arrival counters zeroed), gate/up
+with the SwiGLU in each 128-channel block's last program, down with the top-k combine in each
+(token, tile)'s last program. No sort launch: every program finds its rows from the expert ids,
+which costs a scan of all pairs per program, so this path takes up to `STREAM_MAX_PAIRS` pairs
+(64 tokens at top-6); `experts.py` sends larger calls to the split decode / fused prefill tile,
+which give the same bits.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from mxserve.kernels.moe._experts_stream_kernel import (
+    _moe_stream_down_kernel,
+    _moe_stream_gate_up_kernel,
+    _moe_stream_prep_kernel,
+)
+from mxserve.kernels.moe.router import interpreting
+
+STREAM_MAX_PAIRS = 512  # each program scans this many expert ids at most
+BLOCK_M = 16  # rows (pairs) of one expert per program: the 16-row blocks of the split decode
+BLOCK_N = 64  # output features per program: one wgmma warpgroup tile (the split decode's)
+# --- launch parameters (H200; benchmarks/moe.py --stream-configs sweeps them) ----------------------
+CONFIG = {"num_warps": 4, "num_stages": 4}  # 4 stages: 3 blocks of codes + scales + x in flight a program
+# -------------------------------------------------------------------------------------------------
+
+
+def applies(num_pairs: int) -> bool:
+    return 0 < num_pairs <= STREAM_MAX_PAIRS
+
+
+def stream_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, st, *, limit: float,
+                  quantize_inputs: bool, hidden_dtype: torch.dtype) -> torch.Tensor:
+    """Σ_k weight_k · expert_{id_k}(x) → fp32 [T, D], the bits of variants "bf16-split"/"bf16-fused".
+    `st`: MXFP4 `StackedExperts` (scale bytes <= 128, checked by the caller); x [T, D] fp32/bf16;
+    expert_ids / weights [T, k] with T·k <= STREAM_MAX_PAIRS."""
+    num_tokens, top_k = expert_ids.shape
+    num_pairs = num_tokens * top_k
+    if not applies(num_pairs):
+        raise ValueError(f"stream_decode: {num_pairs=} must be in 1..{STREAM_MAX_PAIRS}")
+    if st.fmt != "mxfp4" or st.hidden % 128 or st.dim % 128:
+        raise ValueError(f"stream_decode: needs MXFP4 experts with I, D multiples of 128, got {st.fmt} "
+                         f"I={st.hidden} D={st.dim}")
+    words = st.scale_words  # the scales as int32 [E, N, K/128]
+    for name, w in (("w1", st.w1), ("w3", st.w3), ("w2", st.w2)):
+        if w.stride(-1) != 1:
+            raise ValueError(f"stream_decode: {name} codes must be contiguous in K, got {w.stride()=}")
+    if st.w1.stride() != st.w3.stride() or st.w1_scales.stride() != st.w3_scales.stride():
+        raise ValueError(f"stream_decode: w1 and w3 must share strides, got {st.w1.stride()} / {st.w3.stride()}")
+    dev = x.device
+    x = x.contiguous()
+    ids = expert_ids.contiguous()
+    route_w = weights.reshape(-1).float().contiguous()
+
+    # --- launch parameters -----------------------------------------------------------------------
+    dot = 0 if interpreting() else 1
+    use_asm = not interpreting()
+    num_pad = max(16, triton.next_power_of_2(num_pairs))  # the id scan's lanes (a compile per power of 2)
+    x_pieces = 2 if (x.dtype == torch.float32 and not quantize_inputs) else 1
+    h_pieces = 2 if (hidden_dtype == torch.float32 and not quantize_inputs) else 1
+    if interpreting():
+        warps, stages = 4, 1
+    else:
+        warps, stages = CONFIG["num_warps"], CONFIG["num_stages"]
+    num_gu_cnt = num_pairs * (st.hidden // 128)
+    num_cnt = num_gu_cnt + num_tokens * (st.dim // BLOCK_N)
+    prep_programs = num_tokens * (st.dim // 128)
+    zero_per = triton.next_power_of_2(triton.cdiv(num_cnt, prep_programs))
+    # ------------------------------------------------------------------------------------------
+
+    xp = torch.empty((num_tokens, st.dim), dtype=x.dtype, device=dev)
+    cnt = torch.empty((num_cnt,), dtype=torch.int32, device=dev)
+    _moe_stream_prep_kernel[(num_tokens, st.dim // 128)](
+        x, xp, cnt, num_cnt, x.stride(0), xp.stride(0), QUANT=quantize_inputs, ZERO_PER=zero_per, num_warps=1,
+    )
+    gu = torch.empty((num_pairs, 2, st.hidden), dtype=torch.float32, device=dev)  # valid rows only
+    h = torch.empty((num_pairs, st.hidden), dtype=hidden_dtype, device=dev)
+    _moe_stream_gate_up_kernel[(st.hidden // BLOCK_N, num_pairs, 2)](
+        xp, st.w1, words[0], st.w3, words[1], ids, route_w, gu, h, cnt,
+        st.hidden, st.dim, num_pairs, top_k, float(limit),
+        xp.stride(0), st.w1.stride(0), st.w1.stride(1), words[0].stride(0), words[0].stride(1), gu.stride(0),
+        h.stride(0),
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, NP=num_pad, DOT=dot, X_PIECES=x_pieces, USE_ASM=use_asm,
+        H_BF16=hidden_dtype == torch.bfloat16, QUANT_H=quantize_inputs, num_warps=warps, num_stages=stages,
+    )
+    y = torch.empty((num_pairs, st.dim), dtype=torch.float32, device=dev)
+    out = torch.empty((num_tokens, st.dim), dtype=torch.float32, device=dev)
+    _moe_stream_down_kernel[(st.dim // BLOCK_N, num_pairs)](
+        h, st.w2, words[2], ids, y, out, cnt[num_gu_cnt:],
+        st.hidden, st.dim, num_pairs,
+        h.stride(0), st.w2.stride(0), st.w2.stride(1), words[2].stride(0), words[2].stride(1), y.stride(0),
+        out.stride(0),
+        TOP_K=top_k, KPAD=triton.next_power_of_2(top_k), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, NP=num_pad, DOT=dot,
+        X_PIECES=h_pieces, USE_ASM=use_asm, num_warps=warps, num_stages=stages,
+    )
+    return out
