@@ -41,7 +41,12 @@ LAUNCHES = {  # name: constexprs of the launch; "in_program" is the pre-issue-9 
     "in_program": dict(SPLIT=False, FUSED_SUM=False),
     "split": dict(SPLIT=True, FUSED_SUM=False),
     "fused": dict(SPLIT=True, FUSED_SUM=True),
+    # DecodeOptions (session 5): mask-free loads at the release shapes, and the early start
+    "even_split": dict(SPLIT=True, FUSED_SUM=False, EVEN=True),
+    "even_fused": dict(SPLIT=True, FUSED_SUM=True, EVEN=True),
+    "even_fused_pdl": dict(SPLIT=True, FUSED_SUM=True, EVEN=True, PDL=True),
 }
+LAUNCH_DEFAULTS = dict(EVEN=False, PDL=False, PDL_BLOCKS=4)  # constexprs every launch passes (defaults in the kernel)
 CONFIGS = [(64, 4, 4), (128, 4, 4), (64, 4, 6)]  # (BLOCK_N, warps, stages): triton.DECODE_CONFIGS
 KEY_OPS = ("F2FP", "LDS", "LDSM", "STS", "SHFL", "HGMMA", "QGMMA", "BAR", "MEMBAR", "LDG", "LDGSTS", "FMUL", "FFMA",
            "FMNMX", "IMAD", "PRMT")
@@ -85,7 +90,7 @@ def compile_tile(kernel, consts: dict, types: dict, divisible: set, warps: int, 
 
 def compile_report(mode: str, launch: str, block_n: int, warps: int, stages: int, dump: Path | None = None) -> dict:
     x_type, consts = MODES[mode]
-    consts = dict(consts, **LAUNCHES[launch], BLOCK_M=16, BLOCK_N=block_n)
+    consts = dict(consts, **{**LAUNCH_DEFAULTS, **LAUNCHES[launch]}, BLOCK_M=16, BLOCK_N=block_n)
     tag = f"{mode}-{launch}-{block_n}x{warps}x{stages}"
     compiled, report, _, loop, counts = compile_tile(_blockdot_kernel, consts, {**POINTERS, "x_ptr": x_type},
                                                      DIVISIBLE, warps, stages, tag, dump)
@@ -105,6 +110,7 @@ def main() -> None:
     jobs = [(mode, launch, *CONFIGS[0]) for mode in MODES for launch in LAUNCHES if mode != "wo_prepared"]
     jobs += [("wo_prepared", launch, *CONFIGS[0]) for launch in ("split", "fused")]
     jobs += [("wo_bf16x", "fused", *cfg) for cfg in CONFIGS[1:]]
+    jobs += [("wo_bf16x", "even_fused", 128, 8, 4), ("wo_prepared", "even_fused", *CONFIGS[0])]
     reports = [compile_report(*job, dump=dump) for job in jobs]
     sm90.print_reports(reports)
 

@@ -38,6 +38,15 @@ Paths (the kernel files say why the arithmetic is ordered the way it is):
   interpreter's fp16/bf16 dot is wrong (seen with triton 3.9), and numpy's fp32 matmul sums in an
   order that changes with the tile shape; the product-sum tests the same indexing, masking,
   activation scaling, scale folding and group order, bit-reproducibly across M.
+- decode options (`DecodeOptions`, `set_decode_options`; issue 9): choices that leave every bit
+  as it is, so they can change per process without touching batch invariance: mask-free tile
+  loads where the shapes have no partial tile or block (`even`, on by default: 299 → 277 K-loop
+  instructions per 2 KB of weights per warp, Triton 3.6 for sm_90); programmatic dependent launch
+  with an L2 prefetch of the first weight blocks before the wait on the previous kernel (`pdl`,
+  off until measured: it hides the per-call ramp of the 32 MB layers); the activation preparation
+  as its own launch (`prep_x`, off: the prepared-x experiment below, 32 instead of 40 conversions
+  per 2 KB); the pre-issue-9 in-program code for one-group layers (`one_group="in_program"`) and a
+  fixed weight-only config (`wo_config`) for same-run comparisons.
 - On a GPU the decode and prefill launch parameters are autotuned over small config lists keyed
   on (N, K, mode) (and an M bucket for prefill) — never on the exact M. Configs only change tile
   sizes, warps and stages, not KB_PER_GROUP, so they do not change a row's bits (tested on the GPU).
@@ -46,6 +55,7 @@ Paths (the kernel files say why the arithmetic is ordered the way it is):
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -105,6 +115,35 @@ _PREFILL_FAST_GROUP_M = 16  # 16 x 128 tokens: at M = 2048 a wave walks all m-ti
 _INTERP = {"decode": (64, 4, 1), "prefill": (64, 32, 4, 1), "gemv": (64, 4), "prefill_fast": (64, 32, 128, 4, 1)}
 _FORCED: dict[str, tuple | None] = {"decode": None, "prefill": None, "gemv": None,  # benchmarks' sweeps
                                     "prefill_fast": None}
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How `launch_linear_fp8_block` runs; every field leaves a row's bits unchanged (GPU-checked by
+    benchmarks/gpu_s5_linear.sh, interpreter-checked by tests/kernels/linear_fp8_block/test_decode_options.py)."""
+
+    even: bool = True  # mask-free loads when N % 128 == 0, K % 128 == 0 and the groups tile K (every launch)
+    pdl: bool = False  # decode: programmatic dependent launch + L2 prefetch of the first weight blocks
+    prep_x: bool = False  # decode, weight-only bf16/fp16 x: `prepare_activation_fp16` launch + X_MODE 3
+    one_group: str = "split"  # decode of a one-group layer: "split" (issue 9 call 3) or "in_program" (before)
+    wo_config: tuple[int, int, int] | None = None  # decode weight-only (BLOCK_N, warps, stages); None: autotune
+
+    def __post_init__(self) -> None:
+        if self.one_group not in ("split", "in_program"):
+            raise ValueError(f"DecodeOptions: {self.one_group=} must be 'split' or 'in_program'")
+        if self.wo_config is not None and (len(self.wo_config) != 3 or 128 % self.wo_config[0]):
+            raise ValueError(f"DecodeOptions: {self.wo_config=} must be (BLOCK_N dividing 128, warps, stages)")
+
+
+_decode_options = {"value": DecodeOptions()}
+
+
+def set_decode_options(options: DecodeOptions | None = None, **changes) -> DecodeOptions:
+    """Process-wide decode options (benchmarks, bring-up): `options` whole, or `changes` applied to
+    the current ones. Returns the previous options (restore them with `set_decode_options(prev)`)."""
+    prev = _decode_options["value"]
+    _decode_options["value"] = replace(options if options is not None else prev, **changes)
+    return prev
 
 
 def interpreting() -> bool:
@@ -216,9 +255,21 @@ def linear_fp8_block_triton(
         x_codes, x_scales = quantize_fp8_block(x2)  # fused kernel, bit-identical to the twin
         out = launch_linear_fp8_block(x_codes, weight, x_scales=x_scales, tile=tile, weight_decode=weight_decode,
                                       split_sum=split_sum)
+    elif _uses_prepared_x(x2, weight, tile, weight_decode):
+        x_hi, x_inv = prepare_activation_fp16(x2)  # the in-kernel preparation's bits, once per call
+        out = launch_linear_fp8_block(x_hi, weight, tile=tile, weight_decode=weight_decode, split_sum=split_sum,
+                                      x_inv=x_inv)
     else:
         out = launch_linear_fp8_block(x2, weight, tile=tile, weight_decode=weight_decode, split_sum=split_sum)
     return out.reshape(*lead, n)
+
+
+def _uses_prepared_x(x2: torch.Tensor, weight: QuantizedWeight, tile: str, weight_decode: str) -> bool:
+    """`DecodeOptions.prep_x`: a decode launch of bf16/fp16 x on the e4m3fn fast path."""
+    m = x2.shape[0]
+    is_decode = tile == "decode" or (tile == "auto" and m <= DECODE_MAX_M)
+    return (_decode_options["value"].prep_x and is_decode and m > 0 and x2.dtype in (torch.bfloat16, torch.float16)
+            and weight.fmt == E4M3FN and weight_decode == "auto")
 
 
 def grouped_linear_fp8_block_triton(x: torch.Tensor, weight: QuantizedWeight, *, tile: str = "auto",
@@ -341,8 +392,9 @@ def launch_linear_fp8_block(
     # additions (a group partial is never -0.0, so 0 + g0 == g0), and 115 registers instead of 141
     # (Triton 3.9 for sm_90, tests/kernels/linear_fp8_block/sm90_compile.py): 4 programs per SM
     # instead of 3, so wq_b's 512 programs fit in one wave instead of 1.3
+    opts = _decode_options["value"]
     few_tiles = groups * triton.cdiv(n, 128) * triton.cdiv(m, 128) < _FEW_PROGRAMS
-    split = is_decode or (num_groups > 1 and few_tiles)
+    split = (is_decode and (num_groups > 1 or opts.one_group == "split")) or (num_groups > 1 and few_tiles)
     num_splits = num_groups if split else 1
     mode = _split_sum["default"] if split_sum == "auto" else split_sum
     counters = None
@@ -362,12 +414,19 @@ def launch_linear_fp8_block(
             x3.stride(0), x3.stride(1), xs3.stride(0), xs3.stride(1) if groups > 1 else 0, weight.codes.stride(0),
             weight.scales.stride(0), dest.stride(0) if num_splits > 1 else 0, rows, num_splits,
             0 if is_decode else _m_bucket(m))
-    meta = dict(KB_PER_GROUP=group, NUM_GROUPS=num_groups, SPLIT=split, FUSED_SUM=counters is not None, **consts)
+    # EVEN: no partial tile (every BLOCK_N divides 128) and no partial or missing K block in any group
+    even = opts.even and n % 128 == 0 and k % BLOCK_K == 0 and triton.cdiv(k, BLOCK_K) % group == 0
+    meta = dict(KB_PER_GROUP=group, NUM_GROUPS=num_groups, SPLIT=split, FUSED_SUM=counters is not None, EVEN=even,
+                **consts)
     if counters is not None:
         meta.update(sum_ptr=out, cnt_ptr=counters, SPLIT_ROTATE=_SPLIT_ROTATE["value"])
+    if is_decode and opts.pdl and not interpreting():
+        meta.update(PDL=True, launch_pdl=True)  # the kernel docstring ("Early start") says why it is safe
     z = groups * num_splits
     if is_decode:
         cfg = _INTERP["decode"] if interpreting() else _FORCED["decode"]
+        if cfg is None and opts.wo_config is not None and x_mode in (0, 3) and not use_lut:
+            cfg = opts.wo_config
         if cfg is None:
             _decode_tuned()[lambda mt: (triton.cdiv(n, mt["BLOCK_N"]), triton.cdiv(m, 16), z)](*args, BLOCK_M=16, **meta)
         else:
@@ -472,7 +531,7 @@ def launch_gemv_fp8_block(x: torch.Tensor, weight: QuantizedWeight, *, weight_de
 
 # --- autotuned kernels (built on first GPU use; the interpreter never autotunes) ----------------
 _tuned: dict[str, object] = {}
-_MODE_KEYS = ["N", "K", "X_MODE", "X_PIECES", "DOT", "W_KIND", "KB_PER_GROUP", "SPLIT", "FUSED_SUM"]
+_MODE_KEYS = ["N", "K", "X_MODE", "X_PIECES", "DOT", "W_KIND", "KB_PER_GROUP", "SPLIT", "FUSED_SUM", "EVEN", "PDL"]
 
 
 def _m_bucket(m: int) -> int:
