@@ -43,6 +43,44 @@ from mxserve.kernels.moe._experts_split_kernel import _mxfp4_block_bf16
 
 _NO_EXPERT = tl.constexpr(0x7FFFFFFFFFFF)  # a sort key above every (expert, slot) key
 
+# `_E2M1_PAIRS_PTX`'s bit arithmetic on 4 code bytes at once ($4, byte i = element i): low nibbles
+# of bytes 0, 1 → $0 and of bytes 2, 3 → $1 (bf16 pairs, element 2i in the low half), high nibbles
+# → $2, $3. prmt 0x4140 / 0x4342 spread bytes 0, 1 / 2, 3 into the two halves, then as the pairs
+# version. Same bits per nibble; it takes the code word as loaded (4 bytes a register) where the
+# pairs version made Triton first cut every register into 16-bit pieces (~4 instructions a pair).
+_E2M1_QUADS_PTX = tl.constexpr("""
+{
+.reg .b32 t, n;
+prmt.b32 t, $4, 0, 0x4140;
+and.b32 n, t, 0x000F000F;
+mul.lo.u32 n, n, 0x1040;
+and.b32 $0, n, 0x81C081C0;
+and.b32 n, t, 0x00F000F0;
+mul.lo.u32 n, n, 0x104;
+and.b32 $2, n, 0x81C081C0;
+prmt.b32 t, $4, 0, 0x4342;
+and.b32 n, t, 0x000F000F;
+mul.lo.u32 n, n, 0x1040;
+and.b32 $1, n, 0x81C081C0;
+and.b32 n, t, 0x00F000F0;
+mul.lo.u32 n, n, 0x104;
+and.b32 $3, n, 0x81C081C0;
+}
+""")
+
+
+@triton.jit
+def _mxfp4_quads_bf16(wb, sb, BLOCK_N: tl.constexpr, USE_ASM: tl.constexpr):
+    """`_mxfp4_block_bf16` (the same values) with the nibble decode 4 bytes per instance."""
+    if USE_ASM:
+        lo, hi = tl.inline_asm_elementwise(_E2M1_QUADS_PTX, "=r,=r,=r,=r,r", [wb], dtype=(tl.bfloat16, tl.bfloat16),
+                                           is_pure=True, pack=4)
+        scale = ((sb.to(tl.int16) + 126) << 7).to(tl.bfloat16, bitcast=True)  # 2^(b-1), b <= 128
+        scale = tl.reshape(tl.broadcast_to(scale[:, :, None], (BLOCK_N, 4, 16)), (BLOCK_N, 64))
+        return lo * scale, hi * scale  # exact products
+    else:
+        return _mxfp4_block_bf16(wb, sb, BLOCK_N, USE_ASM)
+
 
 @triton.jit
 def _even_odd(j):
@@ -99,6 +137,22 @@ def _block_pairs(rank, same, q, num_pairs, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
+def _early_start(w_ptr, row0, stride_wn, BLOCK_N: tl.constexpr, PDL_BLOCKS: tl.constexpr):
+    """PDL (programmatic dependent launch): `prefetch.global.L2` of the program's first PDL_BLOCKS
+    128-K blocks of codes (64 bytes a row and block, 128-byte lines), then wait for the previous
+    kernel to finish with its writes visible (`griddepcontrol.wait`). Before the wait a program reads
+    only the expert ids, which the router wrote before the (ordinarily launched) prep kernel started,
+    and prefetches weights into L2 (no register, no L1 line, nothing written): the arithmetic and so
+    the bits are those of the ordinary launch (`linear_fp8_block`'s "Early start" is the same idea)."""
+    lines: tl.constexpr = (PDL_BLOCKS + 1) // 2
+    i = tl.arange(0, BLOCK_N * lines)
+    ptrs = w_ptr + (row0 + i % BLOCK_N) * stride_wn + (i // BLOCK_N) * 128
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // dummy $0", "=r,l", [ptrs], dtype=tl.int32, is_pure=False,
+                              pack=1)
+    tl.extra.cuda.gdc_wait()
+
+
+@triton.jit
 def _stream_matmul(
     x_ptr, rows, valid, stride_x, w_ptr, ws_ptr, stride_wn, stride_wsn, offs_n, K,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT: tl.constexpr, X_PIECES: tl.constexpr,
@@ -118,10 +172,10 @@ def _stream_matmul(
     for k0 in range(0, K, 128):
         wb = tl.load(w_rows + (k0 // 2 + half)[None, :])
         sw = tl.load(s_rows + k0 // 128)
+        sb = (sw[:, None] >> shifts[None, :]) & 255  # [BLOCK_N, 4] scale bytes (the shift's sign bits masked)
+        lo, hi = _mxfp4_quads_bf16(wb, sb, BLOCK_N, USE_ASM)
         x_even = tl.load(x_rows + (k0 + half)[None, :], mask=x_mask, other=0)
         x_odd = tl.load(x_rows + (k0 + 64 + half)[None, :], mask=x_mask, other=0)
-        sb = (sw[:, None] >> shifts[None, :]) & 255  # [BLOCK_N, 4] scale bytes (the arithmetic shift's sign bits masked)
-        lo, hi = _mxfp4_block_bf16(wb, sb, BLOCK_N, USE_ASM)
         acc = _dot_part(lo, x_even, acc, DOT, X_PIECES)
         acc = _dot_part(hi, x_odd, acc, DOT, X_PIECES)
     return acc
@@ -135,9 +189,12 @@ def _moe_stream_gate_up_kernel(
     stride_x, stride_we, stride_wn, stride_wse, stride_wsn, stride_gu, stride_h,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NP: tl.constexpr, DOT: tl.constexpr,
     X_PIECES: tl.constexpr, USE_ASM: tl.constexpr, H_BF16: tl.constexpr, QUANT_H: tl.constexpr,
+    PDL: tl.constexpr, PDL_BLOCKS: tl.constexpr,
 ):
     """Program (n-tile, pair p, gate|up): gu[pair, which, n] = x[token] · W_e[n] for the rows led by p;
     the last of a 128-channel block's 4 programs stores h[pair, block] (even-then-odd order)."""
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     expert, rank, same, q = _lead_rank(ids_ptr, num_pairs, NP)
     if rank % BLOCK_M != 0:
         return
@@ -147,12 +204,12 @@ def _moe_stream_gate_up_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     token = pair // top_k
     e64 = expert.to(tl.int64)
-    if which == 0:
-        acc = _stream_matmul(xp_ptr, token, valid, stride_x, w1_ptr + e64 * stride_we, w1s_ptr + e64 * stride_wse,
-                             stride_wn, stride_wsn, offs_n, D, BLOCK_M, BLOCK_N, DOT, X_PIECES, USE_ASM)
-    else:
-        acc = _stream_matmul(xp_ptr, token, valid, stride_x, w3_ptr + e64 * stride_we, w3s_ptr + e64 * stride_wse,
-                             stride_wn, stride_wsn, offs_n, D, BLOCK_M, BLOCK_N, DOT, X_PIECES, USE_ASM)
+    w_ptr = tl.where(which == 0, w1_ptr, w3_ptr) + e64 * stride_we  # one loop (one set of smem buffers)
+    ws_ptr = tl.where(which == 0, w1s_ptr, w3s_ptr) + e64 * stride_wse
+    if PDL:
+        _early_start(w_ptr, pid_n * BLOCK_N, stride_wn, BLOCK_N, PDL_BLOCKS)
+    acc = _stream_matmul(xp_ptr, token, valid, stride_x, w_ptr, ws_ptr, stride_wn, stride_wsn, offs_n, D,
+                         BLOCK_M, BLOCK_N, DOT, X_PIECES, USE_ASM)
     gu_rows = gu_ptr + pair[None, :].to(tl.int64) * stride_gu
     tl.store(gu_rows + which * I + offs_n[:, None], acc, mask=valid[None, :])
 
@@ -181,10 +238,13 @@ def _moe_stream_down_kernel(
     I, D, num_pairs,
     stride_h, stride_we, stride_wn, stride_wse, stride_wsn, stride_y, stride_o,
     TOP_K: tl.constexpr, KPAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NP: tl.constexpr,
-    DOT: tl.constexpr, X_PIECES: tl.constexpr, USE_ASM: tl.constexpr,
+    DOT: tl.constexpr, X_PIECES: tl.constexpr, USE_ASM: tl.constexpr, PDL: tl.constexpr,
+    PDL_BLOCKS: tl.constexpr,
 ):
     """Program (n-tile, pair p): y[pair, n] = h[pair, :] · W2_e[n, :]ᵀ for the rows led by p; the last
     program of a (token, n-tile) to arrive writes out[token, n-tile] = Σ of the token's k rows."""
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     expert, rank, same, q = _lead_rank(ids_ptr, num_pairs, NP)
     if rank % BLOCK_M != 0:
         return
@@ -192,6 +252,8 @@ def _moe_stream_down_kernel(
     pid_n = tl.program_id(0)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     e64 = expert.to(tl.int64)
+    if PDL:
+        _early_start(w2_ptr + e64 * stride_we, pid_n * BLOCK_N, stride_wn, BLOCK_N, PDL_BLOCKS)
     y = _stream_matmul(h_ptr, pair, valid, stride_h, w2_ptr + e64 * stride_we, w2s_ptr + e64 * stride_wse,
                        stride_wn, stride_wsn, offs_n, I, BLOCK_M, BLOCK_N, DOT, X_PIECES, USE_ASM)
     tl.store(y_ptr + pair[None, :].to(tl.int64) * stride_y + offs_n[:, None], y, mask=valid[None, :])

@@ -25,7 +25,10 @@ STREAM_MAX_PAIRS = 512  # each program scans this many expert ids at most
 BLOCK_M = 16  # rows (pairs) of one expert per program: the 16-row blocks of the split decode
 BLOCK_N = 64  # output features per program: one wgmma warpgroup tile (the split decode's)
 # --- launch parameters (H200; benchmarks/moe.py --stream-configs sweeps them) ----------------------
-CONFIG = {"num_warps": 4, "num_stages": 4}  # 4 stages: 3 blocks of codes + scales + x in flight a program
+# num_stages 4: 3 blocks of codes + scales + x in flight a program (sm_90, Triton 3.9: 96 registers,
+# 45 KB shared, 4 programs per SM); pdl: programmatic dependent launch of gate/up and down with an
+# L2 prefetch of their first pdl_blocks weight blocks (off until measured on the device's Triton).
+CONFIG = {"num_warps": 4, "num_stages": 4, "pdl": False, "pdl_blocks": 4}
 # -------------------------------------------------------------------------------------------------
 
 
@@ -63,9 +66,10 @@ def stream_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tens
     x_pieces = 2 if (x.dtype == torch.float32 and not quantize_inputs) else 1
     h_pieces = 2 if (hidden_dtype == torch.float32 and not quantize_inputs) else 1
     if interpreting():
-        warps, stages = 4, 1
+        warps, stages, pdl = 4, 1, False
     else:
-        warps, stages = CONFIG["num_warps"], CONFIG["num_stages"]
+        warps, stages, pdl = CONFIG["num_warps"], CONFIG["num_stages"], CONFIG["pdl"]
+    early = dict(PDL=pdl, PDL_BLOCKS=CONFIG["pdl_blocks"], **({"launch_pdl": True} if pdl else {}))
     num_gu_cnt = num_pairs * (st.hidden // 128)
     num_cnt = num_gu_cnt + num_tokens * (st.dim // BLOCK_N)
     prep_programs = num_tokens * (st.dim // 128)
@@ -85,7 +89,7 @@ def stream_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tens
         xp.stride(0), st.w1.stride(0), st.w1.stride(1), words[0].stride(0), words[0].stride(1), gu.stride(0),
         h.stride(0),
         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, NP=num_pad, DOT=dot, X_PIECES=x_pieces, USE_ASM=use_asm,
-        H_BF16=hidden_dtype == torch.bfloat16, QUANT_H=quantize_inputs, num_warps=warps, num_stages=stages,
+        H_BF16=hidden_dtype == torch.bfloat16, QUANT_H=quantize_inputs, num_warps=warps, num_stages=stages, **early,
     )
     y = torch.empty((num_pairs, st.dim), dtype=torch.float32, device=dev)
     out = torch.empty((num_tokens, st.dim), dtype=torch.float32, device=dev)
@@ -95,6 +99,6 @@ def stream_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tens
         h.stride(0), st.w2.stride(0), st.w2.stride(1), words[2].stride(0), words[2].stride(1), y.stride(0),
         out.stride(0),
         TOP_K=top_k, KPAD=triton.next_power_of_2(top_k), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, NP=num_pad, DOT=dot,
-        X_PIECES=h_pieces, USE_ASM=use_asm, num_warps=warps, num_stages=stages,
+        X_PIECES=h_pieces, USE_ASM=use_asm, num_warps=warps, num_stages=stages, **early,
     )
     return out
