@@ -18,22 +18,30 @@ torch twin (`moe_experts_ref`) at every token count and routing, and batch invar
     PYTHONPATH=src python benchmarks/moe.py --out $OUT/moe.json      # ~2-3 min on an H200
     PYTHONPATH=src python benchmarks/moe.py --variants bf16 bf16-split --tokens 1 4 16 64 256 \
         --skip invariance --out $OUT/moe_split.json                  # issue 10: split decode vs fused
+    PYTHONPATH=src python benchmarks/moe.py --variants bf16 bf16-split bf16-stream --tokens 1 4 16 64 \
+        --stream-configs n64s4 n64s3 n128s3 n64s4pdl --no-twin --baselines grouped --kernel-times \
+        --skip invariance --out $OUT/moe_stream.json                 # issue 10: streaming decode, config sweep
+Stream configs (`--stream-configs`, variant "bf16-stream" under each `stream.CONFIG`): n<block_n>
+s<num_stages>[w<num_warps>][pdl], e.g. n64s4pdl; each is timed as its own column and bit-checked
+against "bf16" (the fused kernel) in the parity section.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from _cuda_timing import copy_bandwidth, event_time, graph_time
 
 from mxserve.formats import QuantizedWeight, WeightLayout
-from mxserve.kernels.moe import ExpertWeights, moe_experts_ref
+from mxserve.kernels.moe import ExpertWeights, moe_experts_ref, stream
 from mxserve.kernels.moe.experts import StackedExperts, moe_experts_triton
 from mxserve.kernels.moe.router import route_triton
 
@@ -43,9 +51,73 @@ NOMINAL_TBS = 4.27e12
 LIMIT = 10.0
 TIMED_VARIANTS = {  # timed name: (moe_experts_triton variant, layer)
     "bf16": ("bf16-fused", "mxfp4"), "w4a8": ("w4a8", "mxfp4"), "repack": ("bf16", "fp8"),
-    "bf16-split": ("bf16-split", "mxfp4"),
+    "bf16-split": ("bf16-split", "mxfp4"), "bf16-stream": ("bf16-stream", "mxfp4"),
 }
 GROUPED_MM = [hasattr(torch, "_grouped_mm")]  # falls back to a per-expert loop if it fails once
+
+
+def stream_config(name: str) -> dict:
+    """`stream.CONFIG` of a config name n<block_n>s<stages>[w<warps>][pdl] (module docstring)."""
+    m = re.fullmatch(r"n(\d+)s(\d+)(?:w(\d+))?(pdl)?", name)
+    if m is None:
+        raise ValueError(f"stream config {name!r} is not n<block_n>s<stages>[w<warps>][pdl]")
+    return dict(stream.CONFIG, block_n=int(m.group(1)), num_stages=int(m.group(2)), num_warps=int(m.group(3) or 4),
+                pdl=m.group(4) is not None)
+
+
+@contextmanager
+def stream_configured(name: str | None):
+    """Run the body with `stream.CONFIG` set to config `name` (None: as it is)."""
+    old = dict(stream.CONFIG)
+    if name is not None:
+        stream.CONFIG.update(stream_config(name))
+    try:
+        yield
+    finally:
+        stream.CONFIG.clear()
+        stream.CONFIG.update(old)
+
+
+def timed_entries(variants: list[str], configs: list[str]) -> list[tuple[str, str, str, str | None]]:
+    """(column, moe_experts_triton variant, layer, stream config) for every variant and stream config."""
+    out = []
+    for name in variants:
+        v, which = TIMED_VARIANTS[name]
+        if name == "bf16-stream" and configs:
+            out += [(f"stream:{c}", v, which, c) for c in configs]
+        else:
+            out.append((name, v, which, None))
+    return out
+
+
+def kernel_times(st, cases, entries, log, n, pattern) -> None:
+    """Device time per kernel (torch.profiler, eager calls, us per call) of every timed entry."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for col, v, which, cfg in entries:
+        if which != "mxfp4":
+            continue
+        try:
+            with stream_configured(cfg):
+                for c in cases:  # compile and warm up outside the profile
+                    moe_experts_triton(c[0], c[2], c[1], st, limit=LIMIT, quantize_inputs=True,
+                                       hidden_dtype=torch.bfloat16, variant=v)
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for c in cases:
+                        moe_experts_triton(c[0], c[2], c[1], st, limit=LIMIT, quantize_inputs=True,
+                                           hidden_dtype=torch.bfloat16, variant=v)
+                    torch.cuda.synchronize()
+            rows = {}
+            for evt in prof.key_averages():
+                dev_us = getattr(evt, "self_device_time_total", 0.0) or 0.0
+                if dev_us > 0:
+                    rows[evt.key[:60]] = round(dev_us / len(cases), 2)
+            row = {"kind": "kernel_times", "tokens": n, "routing": pattern, "entry": col, "us_per_call": rows}
+        except Exception as exc:
+            row = {"kind": "kernel_times", "tokens": n, "routing": pattern, "entry": col, "error": repr(exc)[:300]}
+        log.append(row)
+        print(json.dumps(row), flush=True)
 
 
 def random_layer(seed: int) -> StackedExperts:
@@ -158,7 +230,7 @@ def dequant_then_matmul(st, x, ids, w):
     return out
 
 
-def baselines(row: dict, st: StackedExperts, case: tuple, n: int, pattern: str) -> None:
+def baselines(row: dict, st: StackedExperts, case: tuple, n: int, pattern: str, dequant: bool = True) -> None:
     """bf16 grouped matmul and dequantize-then-matmul on the experts of one routing (same run)."""
     x, w, ids = case
     try:
@@ -184,7 +256,7 @@ def baselines(row: dict, st: StackedExperts, case: tuple, n: int, pattern: str) 
             x, ids, w, st, limit=LIMIT, quantize_inputs=True, hidden_dtype=torch.bfloat16)], replays=5) * 1e6
     except Exception as exc:
         row["bf16_grouped_error"] = repr(exc)[:300]
-    if n <= 256 or pattern == "worst":
+    if dequant and (n <= 256 or pattern == "worst"):
         try:
             row["dequant_matmul_us"] = event_time(lambda: dequant_then_matmul(st, x, ids, w), reps=3) * 1e6
         except Exception as exc:
@@ -213,7 +285,15 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, default=165.0, help="seconds after which no new token count is timed")
     ap.add_argument("--variants", nargs="*", default=["bf16", "w4a8", "repack"], choices=list(TIMED_VARIANTS),
                     help="routed-part variants to time (bf16-split: issue 10's split decode, next to bf16)")
+    ap.add_argument("--stream-configs", nargs="*", default=[], help="bf16-stream configs to time (docstring)")
+    ap.add_argument("--no-twin", action="store_true", help="parity: skip the fp64 twin (bit checks vs bf16 only)")
+    ap.add_argument("--baselines", choices=["all", "grouped", "none"], default="all",
+                    help="same-run baselines: bf16 grouped matmul and dequantize-then-matmul, the first, or none")
+    ap.add_argument("--kernel-times", action="store_true", help="device time per kernel (torch.profiler, eager)")
     args = ap.parse_args()
+    for cfg in args.stream_configs:
+        stream_config(cfg)  # a bad name fails here, before any GPU work
+    entries = timed_entries(args.variants, args.stream_configs)
     assert torch.cuda.is_available(), "benchmarks/moe.py needs a GPU"
     t_start = time.time()
     log: list[dict] = []
@@ -236,22 +316,45 @@ def main() -> None:
         for n in args.tokens:
             for pattern, cases in routings(min(n, 1024), 1, gate, bias, seed=10 + n).items():
                 x, w, ids = cases[0]
-                ref = moe_experts_ref(x, ids, w, ref_experts, limit=LIMIT, quantize_inputs=True,
-                                      hidden_dtype=torch.bfloat16)
+                ref = None if args.no_twin else moe_experts_ref(x, ids, w, ref_experts, limit=LIMIT,
+                                                               quantize_inputs=True, hidden_dtype=torch.bfloat16)
                 row = {"kind": "parity", "tokens": x.shape[0], "routing": pattern}
                 outs = {}
-                for variant in [v for v in ("bf16", "w4a8", "bf16-split") if v in args.variants or v != "bf16-split"]:
-                    out = outs[variant] = moe_experts_triton(x, ids, w, st, limit=LIMIT, quantize_inputs=True,
-                                                             hidden_dtype=torch.bfloat16,
-                                                             variant=TIMED_VARIANTS[variant][0])
-                    row[variant] = rel_err(out, ref)
-                    row[variant + "_nan"] = bool(torch.isnan(out).any())
-                if "bf16-split" in outs:  # the split decode must give the fused variant's bits
-                    row["split_bit_identical_to_bf16"] = bool(torch.equal(outs["bf16-split"], outs["bf16"]))
-                if x.shape[0] <= 64:
+                checked = [e for e in entries if e[2] == "mxfp4"]
+                if not any(e[1] == "bf16-fused" for e in checked):
+                    checked.insert(0, ("bf16", "bf16-fused", "mxfp4", None))
+                if not args.no_twin and not any(e[1] == "w4a8" for e in checked):
+                    checked.append(("w4a8", "w4a8", "mxfp4", None))
+                for col, v, _, cfg in checked:
+                    try:
+                        with stream_configured(cfg):
+                            out = outs[col] = moe_experts_triton(x, ids, w, st, limit=LIMIT, quantize_inputs=True,
+                                                                 hidden_dtype=torch.bfloat16, variant=v)
+                    except Exception as exc:
+                        row[col + "_error"] = repr(exc)[:300]
+                        continue
+                    if ref is not None:
+                        row[col] = rel_err(out, ref)
+                    row[col + "_nan"] = bool(torch.isnan(out).any())
+                fused = outs.get("bf16")
+                for col in outs:  # the split and stream decodes must give the fused variant's bits
+                    if col.startswith(("bf16-split", "stream:", "bf16-stream")) and fused is not None:
+                        row[col + "_bit_identical_to_bf16"] = bool(torch.equal(outs[col], fused))
+                if x.shape[0] <= 64 and not args.no_twin:
                     ref_x = moe_experts_ref(x.float(), ids, w, ref_experts, limit=LIMIT, quantize_inputs=False)
                     out = moe_experts_triton(x.float(), ids, w, st, limit=LIMIT, quantize_inputs=False)
                     row["exact_fp32"] = rel_err(out, ref_x)
+                if x.shape[0] <= 64:  # exact numerics (fp32 x and hidden): the stream decode's other path
+                    exact = {}
+                    for col, v, _, cfg in [e for e in checked if e[1] in ("bf16-fused", "bf16-stream")][:2]:
+                        try:
+                            with stream_configured(cfg):
+                                exact[v] = moe_experts_triton(x.float(), ids, w, st, limit=LIMIT,
+                                                              quantize_inputs=False, variant=v)
+                        except Exception as exc:
+                            row[f"exact_{col}_error"] = repr(exc)[:300]
+                    if len(exact) == 2:
+                        row["exact_stream_bit_identical_to_bf16"] = bool(torch.equal(*exact.values()))
                 log.append(row)
                 print(json.dumps(row), flush=True)
     if "parity" not in args.skip:
@@ -295,8 +398,7 @@ def main() -> None:
                 hit = [int(torch.unique(ids).numel()) for _, _, ids in cases]
                 row["hit_experts"] = statistics.mean(hit)
                 row["hit_bytes"] = row["hit_experts"] * per_expert_bytes
-                for variant in args.variants:
-                    v, which = TIMED_VARIANTS[variant]
+                for col, v, which, cfg in entries:
                     layer = st if which == "mxfp4" else fp8.get("st")
                     if layer is None:
                         continue
@@ -304,9 +406,12 @@ def main() -> None:
                         calls = [lambda c=c, v=v, layer=layer: moe_experts_triton(
                             c[0], c[2], c[1], layer, limit=LIMIT, quantize_inputs=True, hidden_dtype=torch.bfloat16,
                             variant=v) for c in cases]
-                        row[f"{variant}_us"] = graph_time(calls) * 1e6
+                        with stream_configured(cfg):
+                            row[f"{col}_us"] = graph_time(calls) * 1e6
+                        row[f"{col}_TBs"] = row["hit_bytes"] / (row[f"{col}_us"] * 1e-6) / 1e12
+                        row[f"{col}_frac_copy"] = row[f"{col}_TBs"] * 1e12 / copy_bw
                     except Exception as exc:
-                        row[f"{variant}_error"] = repr(exc)[:300]
+                        row[f"{col}_error"] = repr(exc)[:300]
                 if pattern == "real":
                     try:
                         calls = [lambda c=c: route_triton(c[0], gate, top_k=TOP_K, routed_scaling=1.5, bias=bias)
@@ -323,7 +428,8 @@ def main() -> None:
                             row["shared_us"] = graph_time(calls) * 1e6
                         except Exception as exc:
                             row["shared_error"] = repr(exc)[:300]
-                baselines(row, st, cases[0], n, pattern)
+                if args.baselines != "none":
+                    baselines(row, st, cases[0], n, pattern, dequant=args.baselines == "all")
                 if "bf16_us" in row:
                     row["bf16_TBs"] = row["hit_bytes"] / (row["bf16_us"] * 1e-6) / 1e12
                     row["bf16_frac_copy"] = row["bf16_TBs"] * 1e12 / copy_bw
@@ -332,19 +438,25 @@ def main() -> None:
                     row["w4a8_TBs"] = row["hit_bytes"] / (row["w4a8_us"] * 1e-6) / 1e12
                 log.append(row)
                 print(json.dumps(row), flush=True)
+                if args.kernel_times:
+                    kernel_times(st, cases[:4], entries, log, n, pattern)
     if "timing" not in args.skip:
         section("timing", log, timing)
 
     print("\nMoE layer (256 experts, top-6, 4096->2048->4096), times in us, faithful numerics")
-    hdr = ("tok", "routing", "hit", "MB", "bf16", "w4a8", "repack", "split", "TB/s", "%copy", "router", "shared",
-           "bf16mm", "x bf16mm", "deq+mm", "x deq")
+    hdr = ("tok", "routing", "hit", "MB", "bf16", "w4a8", "repack", "split", "stream", "TB/s", "%copy", "router",
+           "shared", "bf16mm", "x bf16mm", "deq+mm", "x deq")
     print(" ".join(f"{h:>8}" for h in hdr))
     for r in log:
         if r.get("kind") != "time":
             continue
-        best = min(r.get(k, float("inf")) for k in ("bf16_us", "w4a8_us", "bf16-split_us"))
+        streams = [v for k, v in r.items() if k.startswith(("stream:", "bf16-stream")) and k.endswith("_us")]
+        if streams:
+            r["stream_best_us"] = min(streams)
+        best = min(r.get(k, float("inf")) for k in ("bf16_us", "w4a8_us", "bf16-split_us", "stream_best_us"))
         cells = [r["tokens"], r["routing"], f"{r['hit_experts']:.0f}", f"{r['hit_bytes'] / 1e6:.0f}",
-                 *(f"{r[k]:.1f}" if k in r else "-" for k in ("bf16_us", "w4a8_us", "repack_us", "bf16-split_us")),
+                 *(f"{r[k]:.1f}" if k in r else "-"
+                   for k in ("bf16_us", "w4a8_us", "repack_us", "bf16-split_us", "stream_best_us")),
                  f"{r['hit_bytes'] / (best * 1e-6) / 1e12:.2f}" if best < float("inf") else "-",
                  f"{100 * r['hit_bytes'] / (best * 1e-6) / copy_bw:.0f}" if best < float("inf") else "-",
                  *(f"{r[k]:.1f}" if k in r else "-" for k in ("router_us", "shared_us", "bf16_grouped_us")),

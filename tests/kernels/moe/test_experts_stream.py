@@ -56,6 +56,19 @@ def test_every_token_on_the_same_experts_in_another_slot_order():
     _check(x, ids, w, "exact")
 
 
+def test_128_feature_programs():
+    """CONFIG block_n 128 (the fused kernel's tile width): 2 arrivals per SwiGLU block, D/128 combine tiles."""
+    from mxserve.kernels.moe import stream
+
+    x, ids, w = _routing(6, seed=13)
+    old = dict(stream.CONFIG)
+    try:
+        stream.CONFIG["block_n"] = 128
+        _check(x, ids, w, "faithful")
+    finally:
+        stream.CONFIG.update(old)
+
+
 def test_batch_invariance():
     """A token alone gives its row of the 9-token batch, bit for bit."""
     x, ids, w = _routing(9, seed=5)

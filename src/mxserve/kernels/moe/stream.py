@@ -23,12 +23,13 @@ from mxserve.kernels.moe.router import interpreting
 
 STREAM_MAX_PAIRS = 512  # each program scans this many expert ids at most
 BLOCK_M = 16  # rows (pairs) of one expert per program: the 16-row blocks of the split decode
-BLOCK_N = 64  # output features per program: one wgmma warpgroup tile (the split decode's)
 # --- launch parameters (H200; benchmarks/moe.py --stream-configs sweeps them) ----------------------
 # num_stages 4: 3 blocks of codes + scales + x in flight a program (sm_90, Triton 3.9: 96 registers,
 # 45 KB shared, 4 programs per SM); pdl: programmatic dependent launch of gate/up and down with an
 # L2 prefetch of their first pdl_blocks weight blocks (off until measured on the device's Triton).
-CONFIG = {"num_warps": 4, "num_stages": 4, "pdl": False, "pdl_blocks": 4}
+# block_n: output features per program, 64 (the split decode's wgmma tile) or 128 (the fused
+# kernel's: half the programs, ~10% fewer K-loop instructions per byte); both give the same bits.
+CONFIG = {"block_n": 64, "num_warps": 4, "num_stages": 4, "pdl": False, "pdl_blocks": 4}
 # -------------------------------------------------------------------------------------------------
 
 
@@ -62,16 +63,19 @@ def stream_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tens
     # --- launch parameters -----------------------------------------------------------------------
     dot = 0 if interpreting() else 1
     use_asm = not interpreting()
-    num_pad = max(16, triton.next_power_of_2(num_pairs))  # the id scan's lanes (a compile per power of 2)
+    num_pad = 64 if num_pairs <= 64 else triton.next_power_of_2(STREAM_MAX_PAIRS)  # id-scan lanes: 2 compiles
     x_pieces = 2 if (x.dtype == torch.float32 and not quantize_inputs) else 1
     h_pieces = 2 if (hidden_dtype == torch.float32 and not quantize_inputs) else 1
+    block_n = CONFIG["block_n"]
     if interpreting():
         warps, stages, pdl = 4, 1, False
     else:
         warps, stages, pdl = CONFIG["num_warps"], CONFIG["num_stages"], CONFIG["pdl"]
+    if block_n not in (64, 128):
+        raise ValueError(f"stream_decode: CONFIG block_n must be 64 or 128, got {block_n}")
     early = dict(PDL=pdl, PDL_BLOCKS=CONFIG["pdl_blocks"], **({"launch_pdl": True} if pdl else {}))
     num_gu_cnt = num_pairs * (st.hidden // 128)
-    num_cnt = num_gu_cnt + num_tokens * (st.dim // BLOCK_N)
+    num_cnt = num_gu_cnt + num_tokens * (st.dim // block_n)
     prep_programs = num_tokens * (st.dim // 128)
     zero_per = triton.next_power_of_2(triton.cdiv(num_cnt, prep_programs))
     # ------------------------------------------------------------------------------------------
@@ -83,22 +87,22 @@ def stream_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tens
     )
     gu = torch.empty((num_pairs, 2, st.hidden), dtype=torch.float32, device=dev)  # valid rows only
     h = torch.empty((num_pairs, st.hidden), dtype=hidden_dtype, device=dev)
-    _moe_stream_gate_up_kernel[(st.hidden // BLOCK_N, num_pairs, 2)](
+    _moe_stream_gate_up_kernel[(st.hidden // block_n, num_pairs, 2)](
         xp, st.w1, words[0], st.w3, words[1], ids, route_w, gu, h, cnt,
         st.hidden, st.dim, num_pairs, top_k, float(limit),
         xp.stride(0), st.w1.stride(0), st.w1.stride(1), words[0].stride(0), words[0].stride(1), gu.stride(0),
         h.stride(0),
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, NP=num_pad, DOT=dot, X_PIECES=x_pieces, USE_ASM=use_asm,
+        BLOCK_M=BLOCK_M, BLOCK_N=block_n, NP=num_pad, DOT=dot, X_PIECES=x_pieces, USE_ASM=use_asm,
         H_BF16=hidden_dtype == torch.bfloat16, QUANT_H=quantize_inputs, num_warps=warps, num_stages=stages, **early,
     )
     y = torch.empty((num_pairs, st.dim), dtype=torch.float32, device=dev)
     out = torch.empty((num_tokens, st.dim), dtype=torch.float32, device=dev)
-    _moe_stream_down_kernel[(st.dim // BLOCK_N, num_pairs)](
+    _moe_stream_down_kernel[(st.dim // block_n, num_pairs)](
         h, st.w2, words[2], ids, y, out, cnt[num_gu_cnt:],
         st.hidden, st.dim, num_pairs,
         h.stride(0), st.w2.stride(0), st.w2.stride(1), words[2].stride(0), words[2].stride(1), y.stride(0),
         out.stride(0),
-        TOP_K=top_k, KPAD=triton.next_power_of_2(top_k), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, NP=num_pad, DOT=dot,
+        TOP_K=top_k, KPAD=triton.next_power_of_2(top_k), BLOCK_M=BLOCK_M, BLOCK_N=block_n, NP=num_pad, DOT=dot,
         X_PIECES=h_pieces, USE_ASM=use_asm, num_warps=warps, num_stages=stages, **early,
     )
     return out
