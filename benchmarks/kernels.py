@@ -14,6 +14,11 @@ two-launch twin bit for bit, repeated, eager and under CUDA-graph replay; counte
 `--split-sum both` times the decode launches both ways: the main rows fused, `*_2l` two launches.
 `--prepared-x` adds the issue-9 experiment: weight-only on activations prepared by their own
 launch (`fp8_wo_px`, GEMM only, like W8A8's; `prep_x` the preparation alone), at M <= 16.
+`--decode-ab` (issue 9 session 5) runs the decode A/B of `DecodeOptions` instead of the main rows:
+for every shape and M it checks each variant bit for bit against today's default launch (the
+pre-option code, autotuned), then (unless `--ab-checks-only`) times them all under graph replay in
+two rounds of opposite order (drift shows as a round difference), next to bf16 cuBLAS,
+`_scaled_mm` rowwise, W8A8 (GEMM only) and, at M = 1, the opt-in GEMV.
 `--prefill-fast` adds the opt-in fast prefill tile at M >= 64 (`fast_wo`: bf16 x; `fast_w8a8`:
 GEMM only on quantized activations), timed after the baselines of the same shape (its autotuner
 keys on the layer shape only, so its first call — the timing at the largest M — picks the config),
@@ -43,6 +48,7 @@ from mxserve.formats import QuantizedWeight, WeightLayout, ue8m0_value
 from mxserve.kernels.linear_fp8_block import linear_fp8_block_ref, quantize_activation_fp8_block
 from mxserve.kernels.linear_fp8_block import triton as fp8_launcher
 from mxserve.kernels.linear_fp8_block.triton import (
+    DecodeOptions,
     grouped_linear_fp8_block_triton,
     launch_gemv_fp8_block,
     launch_linear_fp8_block,
@@ -358,6 +364,153 @@ def fast_table(log: list) -> list[str]:
     return lines
 
 
+BEFORE = DecodeOptions(even=False)  # the launch before the options (same kernel code as before)
+AB_VARIANTS = {  # name: (options, forced decode config or None: autotuned as in production)
+    "cur": (BEFORE, None),  # today's default path: the reference of every bit check
+    "new": (DecodeOptions(), None),  # the new default (mask-free loads), autotuned
+    "cur64": (BEFORE, (64, 4, 4)),  # the config the autotuner picked for every large layer in call 3
+    "even64": (DecodeOptions(), (64, 4, 4)),
+    "pdl64": (DecodeOptions(pdl=True), (64, 4, 4)),
+    "n128w8": (DecodeOptions(), (128, 8, 4)),
+    "n128w8_pdl": (DecodeOptions(pdl=True), (128, 8, 4)),
+    "prep64": (DecodeOptions(prep_x=True), (64, 4, 4)),
+    "prep64_pdl": (DecodeOptions(prep_x=True, pdl=True), (64, 4, 4)),
+}
+AB_ONE_GROUP = {  # the head bisect (one-group layers only): the code before issue 9 call 3, and 3 programs/SM
+    "inprog64": (DecodeOptions(even=False, one_group="in_program"), (64, 4, 4)),
+    "cur64s6": (BEFORE, (64, 4, 6)),
+}
+
+
+def _with_options(options: DecodeOptions, cfg: tuple | None, fn):
+    prev = fp8_launcher.set_decode_options(options)
+    fp8_launcher.force_config("decode", cfg)
+    try:
+        return fn()
+    finally:
+        fp8_launcher.force_config("decode", None)
+        fp8_launcher.set_decode_options(prev)
+
+
+def _options_call(options: DecodeOptions, cfg: tuple | None, fn):
+    """`fn` run under `options` and forced decode config `cfg`, as a closure graph_time can capture."""
+    return lambda: _with_options(options, cfg, fn)
+
+
+def decode_ab(shapes: dict, ms: tuple, copy_bw: float, log: list, checks_only: bool) -> None:
+    """Bit checks (every variant vs "cur", bf16 x; W8A8 "new" vs "cur"), then timing (module doc)."""
+    for name, (n, k) in shapes.items():
+        w0 = make_weight(n, k, 0)
+        copies = max(1, math.ceil(ROTATE_BYTES / w0.nbytes))
+        ws_ = [w0] + [QuantizedWeight.from_fp8_block(w0.codes.clone(), w0.scales.clone()) for _ in range(copies - 1)]
+        one_group = fp8_launcher.kb_per_group(n, k) >= math.ceil(k / 128)
+        variants = {**AB_VARIANTS, **(AB_ONE_GROUP if one_group else {})}
+        for m in ms:
+            row = _ab_check(name, n, k, m, w0, variants)
+            log.append(row)
+            emit(row)
+            if not checks_only:
+                res = _ab_time(name, n, k, m, ws_, variants, row, copy_bw)
+                log.append(res)
+                emit(res)
+        torch.cuda.empty_cache()
+
+
+def _ab_check(name: str, n: int, k: int, m: int, w0: QuantizedWeight, variants: dict) -> dict:
+    x32 = torch.randn(m, k, device="cuda", generator=torch.Generator(device="cuda").manual_seed(m))
+    xb = x32.bfloat16()
+    ref = _with_options(BEFORE, None, lambda: linear_fp8_block_triton(xb, w0))
+    row = {"kind": "ab_check", "shape": name, "N": n, "K": k, "M": m}
+    for label, (opts, cfg) in variants.items():
+        try:
+            outs = [_with_options(opts, cfg, lambda: linear_fp8_block_triton(xb, w0)) for _ in range(3)]
+            row[label] = all(torch.equal(o, ref) for o in outs)
+        except Exception as e:  # a failing variant must not hide the others
+            row[label] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    w8_ref = _with_options(BEFORE, (64, 4, 4), lambda: linear_fp8_block_triton(x32, w0, quantize_input=True))
+    row["w8a8_new"] = bool(torch.equal(
+        _with_options(DecodeOptions(), (64, 4, 4), lambda: linear_fp8_block_triton(x32, w0, quantize_input=True)),
+        w8_ref))
+    return row
+
+
+def _ab_time(name: str, n: int, k: int, m: int, ws_: list, variants: dict, checked: dict, copy_bw: float) -> dict:
+    copies = len(ws_)
+    x32 = torch.randn(m, k, device="cuda", generator=torch.Generator(device="cuda").manual_seed(m))
+    xb = x32.bfloat16()
+    res = {"kind": "ab_bench", "shape": name, "N": n, "K": k, "M": m, "copies": copies, "bytes": ws_[0].nbytes,
+           "copy_TBps": copy_bw / 1e12}
+    calls = {label: [_options_call(opts, cfg, lambda w=w: linear_fp8_block_triton(xb, w)) for w in ws_]
+             for label, (opts, cfg) in variants.items() if checked[label] is True}  # only bit-identical ones
+    for rnd, order in enumerate((list(calls), list(reversed(calls)))):
+        for label in order:
+            try:
+                res[f"{label}_r{rnd}_s"] = graph_time(calls[label])
+            except Exception as e:
+                res[f"{label}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    for label in calls:
+        if f"{label}_r0_s" in res and f"{label}_r1_s" in res:
+            res[f"{label}_s"] = (res[f"{label}_r0_s"] + res[f"{label}_r1_s"]) / 2
+    xq, xs = quantize_activation_fp8_block(x32)
+    xq8 = xq.view(torch.float8_e4m3fn)
+    wb_ = [w.dequantize(torch.bfloat16) for w in ws_[: max(1, math.ceil(ROTATE_BYTES / (2 * n * k)))]]
+    w8_ = [w.codes.view(torch.float8_e4m3fn) for w in ws_]
+    wrow = [ue8m0_value(w.scales).repeat_interleave(128, 0)[:n, :1].t().contiguous() for w in ws_]
+    xrow = xs.amax(dim=1, keepdim=True)
+    base = {
+        "w8a8": [lambda w=w: launch_linear_fp8_block(xq, w, x_scales=xs) for w in ws_],
+        "bf16": [lambda w=w: torch.matmul(xb, w.t()) for w in wb_],
+        "smm_row": [lambda i=i: torch._scaled_mm(xq8, w8_[i].t(), xrow, wrow[i], out_dtype=torch.bfloat16)
+                    for i in range(copies)],
+    }
+    if m == 1:
+        base["gemv"] = [lambda w=w: launch_gemv_fp8_block(xb, w) for w in ws_]
+    for label, fns in base.items():
+        try:
+            res[label + "_s"] = graph_time(fns)
+        except Exception as e:
+            res[label + "_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    return res
+
+
+def ab_table(log: list) -> list[str]:
+    """One line per (shape, M): us of cur / new / the best variant, % of copy, ratios to the baselines."""
+    lines = ["| shape | M | cur us | new us | best variant us | best %copy | best/bf16 | best/smm_row | gemv us |"
+             " round drift max |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in log:
+        if r.get("kind") != "ab_bench":
+            continue
+        times = {key[:-2]: v for key, v in r.items() if key.endswith("_s") and key[:-2] in {**AB_VARIANTS, **AB_ONE_GROUP}}
+        if not times:
+            continue
+        best = min(times, key=times.get)
+        t = times[best]
+        drift = max(abs(r[f"{lb}_r0_s"] - r[f"{lb}_r1_s"]) / r[f"{lb}_s"] for lb in times)
+        fmt = (lambda v: "-" if v is None else f"{v * 1e6:.1f}")  # noqa: E731
+        lines.append(f"| {r['shape']} | {r['M']} | {fmt(times.get('cur'))} | {fmt(times.get('new'))} | {best} "
+                     f"{t * 1e6:.1f} | {100 * r['bytes'] / t / (r['copy_TBps'] * 1e12):.0f} | "
+                     f"{r['bf16_s'] / t if r.get('bf16_s') else float('nan'):.2f} | "
+                     f"{r['smm_row_s'] / t if r.get('smm_row_s') else float('nan'):.2f} | {fmt(r.get('gemv_s'))} | "
+                     f"{100 * drift:.1f}% |")
+    checks = [r for r in log if r.get("kind") == "ab_check"]
+    bad = [(r["shape"], r["M"], key) for r in checks for key, v in r.items()
+           if key not in ("kind", "shape", "N", "K", "M") and v is not True]
+    lines.append(f"bit checks vs cur: {len(checks)} (shape, M) cases, not bit-identical or failed: {bad or 'none'}")
+    return lines
+
+
+def ab_variants_table(log: list) -> str:
+    """Every variant's time (us, mean of the two rounds) per (shape, M): the long form of `ab_table`."""
+    names = list({**AB_VARIANTS, **AB_ONE_GROUP})
+    lines = ["| shape | M | " + " | ".join(names) + " | w8a8 | bf16 | smm_row | gemv |", "|---" * (len(names) + 6) + "|"]
+    for r in log:
+        if r.get("kind") == "ab_bench":
+            cells = [f"{r[key] * 1e6:.1f}" if r.get(key) else "-" for key in [f"{nm}_s" for nm in names]
+                     + ["w8a8_s", "bf16_s", "smm_row_s", "gemv_s"]]
+            lines.append(f"| {r['shape']} | {r['M']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def tuned_configs() -> dict:
     """The configs the autotuners picked, per key (for the record: they never depend on exact M)."""
     out = {}
@@ -437,6 +590,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also weight-only on activations prepared by their own launch (issue-9 experiment)")
     parser.add_argument("--prefill-fast", action="store_true",
                         help="also the opt-in fast prefill tile (fast_wo, fast_w8a8) at M >= 64, with its parity check")
+    parser.add_argument("--decode-ab", action="store_true",
+                        help="the DecodeOptions A/B (bit checks, then timing) instead of the main rows")
+    parser.add_argument("--ab-checks-only", action="store_true", help="--decode-ab: bit checks only (no timing)")
     parser.add_argument("--no-bench", action="store_true",
                         help="only --check (a compile-warming pass that can run beside other work; no timing)")
     args = parser.parse_args(argv)
@@ -470,6 +626,9 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # report and still benchmark
                 log.append({"kind": "check_error", "error": f"{type(e).__name__}: {e}"[:2000]})
                 emit(log[-1])
+        if args.decode_ab:
+            decode_ab(shapes, tuple(args.ms), copy_bw, log, args.ab_checks_only)
+            args.no_bench = True  # the A/B replaces the main rows
         for name, (n, k) in ({} if args.no_bench else shapes).items():
             try:
                 bench_shape(name, n, k, tuple(args.ms), copy_bw, log, args.split_sum, tuple(args.skip),
@@ -486,7 +645,12 @@ def main(argv: list[str] | None = None) -> int:
         emit(log[-1])
     finally:
         _SINK.pop().close()
-        text = table(log, copy_bw)
+        if args.decode_ab:
+            (args.out / "variants.md").write_text(ab_variants_table(log) + "\n")
+            text = "\n".join([f"copy {copy_bw / 1e12:.2f} TB/s; us = mean of 2 graph-replay rounds",
+                               *ab_table(log)])
+        else:
+            text = table(log, copy_bw)
         (args.out / "table.md").write_text(text + "\n")
         print(text)
     return 0
