@@ -77,3 +77,12 @@ def test_split_decode_backend():
     assert moe_kernel_slots("triton")["moe_experts"].keywords["variant"] == "bf16"  # split decode where it applies
     assert moe_kernel_slots("triton-fused")["moe_experts"].keywords["variant"] == "bf16-fused"  # the off switch
     assert choose_moe(_spec(), H200, forced="triton-fused").backend == "triton-fused"
+
+
+def test_stream_decode_backend():
+    choice = choose_moe(_spec(max_scale_byte=128), H200, forced="triton-stream")
+    assert choice.backend == "triton-stream" and "stream decode" in choice.reason
+    assert "overflows" in choose_moe(_spec(max_scale_byte=129), H200, forced="triton-stream").reason
+    assert "MXFP4" in choose_moe(_spec(layout="fp8_block"), H200, forced="triton-stream").reason
+    assert moe_kernel_slots("triton-stream")["moe_experts"].keywords["variant"] == "bf16-stream"
+    assert choose_moe(_spec(), H200).backend == "reference"  # opt-in: never chosen unless forced

@@ -15,6 +15,9 @@ override op name is "moe" (`EngineConfig.kernel_overrides["moe"]`, or
   triton-repack    experts repacked losslessly MXFP4 → 128x128 block FP8 at load (spec §6.6)
   triton-split     "triton"'s numbers bit for bit, decode in split launches with a cheaper nibble
                    decode (variant "bf16-split"; MXFP4 with scale bytes <= 128; issue 10, opt-in)
+  triton-stream    "triton"'s numbers bit for bit, decode up to 512 pairs in 3 launches with every
+                   K-loop load pipelined (variant "bf16-stream"; same conditions; issue 10, opt-in
+                   until measured on the H200)
 
 Triton is off unless forced until the issue-10 gates pass (docs/benchmarks.md, MoE section).
 `moe_kernel_slots(backend)` gives the KernelSet slot callables (route, moe_experts, expert_ffn).
@@ -36,7 +39,8 @@ from mxserve.kernels.chooser import (
 )
 from mxserve.kernels.moe.reference import ExpertWeights, expert_ffn_ref, moe_experts_ref, route_ref
 
-MOE_BACKENDS = ("reference", "triton", "triton-fused", "triton-w4a8", "triton-repack", "triton-split")
+MOE_BACKENDS = ("reference", "triton", "triton-fused", "triton-w4a8", "triton-repack", "triton-split",
+                "triton-stream")
 W4A8_MAX_SPREAD = 14  # binades between a 128-K block's group scales that the W4A8 rescale keeps exact
 MIN_SCALE_BYTE = 16  # below, the in-register widening leaves the bf16/fp32 normal range
 MAX_SPLIT_SCALE_BYTE = 128  # "triton-split" multiplies by the bf16 2^(b-1): finite up to here
@@ -101,12 +105,13 @@ class TritonMoE:
             if spec.max_group_spread > W4A8_MAX_SPREAD:
                 return False, f"group scales span {spec.max_group_spread} > {W4A8_MAX_SPREAD} binades (lossy)"
             return True, f"{spec.num_experts} MXFP4 experts {spec.hidden}x{spec.dim}, W4A8 on FP8 tensor cores"
-        if self.name == "triton-split":
+        if self.name in ("triton-split", "triton-stream"):
+            kind = self.name.removeprefix("triton-")
             if spec.layout != "mxfp4":
-                return False, f"split decode reads MXFP4 experts, these are {spec.layout}"
+                return False, f"{kind} decode reads MXFP4 experts, these are {spec.layout}"
             if spec.max_scale_byte > MAX_SPLIT_SCALE_BYTE:
                 return False, f"a scale byte {spec.max_scale_byte} > {MAX_SPLIT_SCALE_BYTE}: its bf16 factor overflows"
-            return True, f"{spec.num_experts} MXFP4 experts {spec.hidden}x{spec.dim}, split decode launches"
+            return True, f"{spec.num_experts} MXFP4 experts {spec.hidden}x{spec.dim}, {kind} decode launches"
         if self.name == "triton-repack":
             if spec.layout != "mxfp4":
                 return False, f"repack reads MXFP4 experts, these are {spec.layout}"
@@ -115,7 +120,7 @@ class TritonMoE:
 
 
 def moe_candidates(forced: str | None) -> list:
-    names = ("triton-w4a8", "triton", "triton-fused", "triton-repack", "triton-split")
+    names = ("triton-w4a8", "triton", "triton-fused", "triton-repack", "triton-split", "triton-stream")
     return [TritonMoE(name, forced == name) for name in names] + [ReferenceCandidate()]
 
 
@@ -143,7 +148,8 @@ def moe_kernel_slots(backend: str, *, shared_backend: str = "reference") -> dict
         from mxserve.kernels.moe.experts import moe_experts_triton
         from mxserve.kernels.moe.router import route_triton
 
-        variant = {"triton-w4a8": "w4a8", "triton-split": "bf16-split", "triton-fused": "bf16-fused"}.get(backend, "bf16")
+        variant = {"triton-w4a8": "w4a8", "triton-split": "bf16-split", "triton-fused": "bf16-fused",
+                   "triton-stream": "bf16-stream"}.get(backend, "bf16")
         experts_fn = partial(moe_experts_triton, variant=variant, repack_fp8=backend == "triton-repack")
         slots = {"route": route_triton, "moe_experts": experts_fn}
     if shared_backend == "triton":
