@@ -59,7 +59,7 @@ def choose_attention(spec: AttentionSpec, platform: Platform, *, forced: str | N
 
 # ops whose Triton kernels give their twins' bits in every numerics (writers, RoPE, selection); the
 # fp8_ds_mla readers (attention, indexer scores) sum in another order and match within tolerance
-BIT_EXACT_OPS = ("q_norm_rope", "rope", "kv_insert", "compressor_emit", "topk")
+BIT_EXACT_OPS = ("q_norm_rope", "rope", "kv_insert", "compressor_state_write", "compressor_emit", "topk")
 
 
 def attention_ops(backend: str) -> dict[str, Callable]:
@@ -70,6 +70,7 @@ def attention_ops(backend: str) -> dict[str, Callable]:
         return {}
     if backend != "triton":
         raise ValueError(f"attention: unknown backend {backend!r}; known: ['reference', 'triton']")
+    from mxserve.kernels.attention_ops.state_write import compressor_state_write_triton
     from mxserve.kernels.attention_ops.triton_ops import (
         compressor_emit_triton,
         kv_insert_triton,
@@ -82,6 +83,7 @@ def attention_ops(backend: str) -> dict[str, Callable]:
 
     return {
         "q_norm_rope": q_norm_rope_triton, "rope": rope_triton, "kv_insert": kv_insert_triton,
+        "compressor_state_write": compressor_state_write_triton,
         "compressor_emit": compressor_emit_triton, "indexer_scores_cache": indexer_scores_cache_triton,
         "topk": _topk_kwargs(topk_tiebroken_triton), "sparse_attention": sparse_attention_triton,
     }

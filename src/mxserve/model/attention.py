@@ -12,14 +12,19 @@ per sequence chunk, because each sequence has its own block tables and causal se
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from mxserve.config import AttentionKind, ModelConfig
 from mxserve.kernels.linear import Weight
-from mxserve.model.compressor import CompressorSpec, CompressorWeights, compressor_step
+from mxserve.model.compressor import (
+    CompressorAddresses,
+    CompressorSpec,
+    CompressorWeights,
+    compressor_addresses,
+    compressor_step,
+)
 from mxserve.model.forward_batch import ForwardBatch, SequenceChunk
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import LayerCaches, ModelCacheState, Pool
@@ -144,16 +149,17 @@ def _attend_chunk(
     sources = [(caches.window, window_slots)]
 
     if ctx.kind is not AttentionKind.SLIDING:
-        csa, ratio, entry_pool = main_compressor_step(x, positions, w, ctx, caches,
-                                                      lambda pool, idx: state.slots(pool, seq, idx))
-        visible = torch.div(positions + 1, ratio, rounding_mode="floor")  # entries s < visible[t]
-        if csa:
+        site = main_compressor_site(ctx)
+        run_compressor(x, positions, w.compressor, site, _chunk_compressor_addresses(positions, site, state, seq), ctx,
+                       caches.state, caches.compressed)
+        visible = torch.div(positions + 1, site.spec.ratio, rounding_mode="floor")  # entries s < visible[t]
+        if ctx.kind is AttentionKind.CSA:
             entry_ids = _indexer_select(chunk, positions, x, indexer_q, indexer_w, visible, w, ctx, caches, state,
                                         observer)
         else:
             candidates = torch.arange(int(visible.max()), device=positions.device)
             entry_ids = torch.where(candidates[None, :] < visible[:, None], candidates[None, :], -1)
-        sources.append((caches.compressed, state.slots(entry_pool, seq, entry_ids)))
+        sources.append((caches.compressed, state.slots(site.entry_pool, seq, entry_ids)))
 
     inspect = None
     if observer is not None:
@@ -166,25 +172,43 @@ def _attend_chunk(
     return ctx.kernels.sparse_attention(q, sources, w.sink, cfg.head_dim**-0.5, inspect=inspect)
 
 
-def main_compressor_step(
-    x: torch.Tensor, positions: torch.Tensor, w: AttentionWeights, ctx: LayerContext, caches: LayerCaches,
-    slots_of: Callable[[Pool, torch.Tensor], torch.Tensor],
-) -> tuple[bool, int, Pool]:
-    """The layer's own (CSA or HCA) compressor over these rows; `slots_of(pool, indices)` maps a
-    row's positions/entries to cache slots (one sequence's tables, or each decode row's own).
-    Returns (is CSA, compression ratio, the pool its entries live in)."""
+@dataclass(frozen=True)
+class CompressorSite:
+    """One compressor of a layer: its math (`spec`) and the pools its rows and entries live in."""
+
+    spec: CompressorSpec
+    state_pool: Pool
+    entry_pool: Pool
+
+
+def main_compressor_site(ctx: LayerContext) -> CompressorSite:
+    """The layer's own compressor: CSA (overlapping windows of compress_rate_csa) or HCA."""
+    cfg = ctx.config
+    if ctx.kind is AttentionKind.CSA:
+        return CompressorSite(CompressorSpec(cfg.compress_rate_csa, overlap=True, dim=cfg.head_dim),
+                              Pool.CSA_STATE, Pool.CSA)
+    return CompressorSite(CompressorSpec(cfg.compress_rate_hca, overlap=False, dim=cfg.head_dim), Pool.HCA_STATE, Pool.HCA)
+
+
+def indexer_compressor_site(cfg: ModelConfig) -> CompressorSite:
+    """A CSA layer's indexer compressor (its keys live in the indexer cache)."""
+    return CompressorSite(CompressorSpec(cfg.compress_rate_csa, overlap=True, dim=cfg.index_head_dim),
+                          Pool.INDEXER_STATE, Pool.INDEXER)
+
+
+def _chunk_compressor_addresses(positions: torch.Tensor, site: CompressorSite, state: ModelCacheState,
+                                seq) -> CompressorAddresses:
+    return compressor_addresses(positions, site.spec, state_slots_of=lambda p: state.slots(site.state_pool, seq, p),
+                                entry_slots_of=lambda s: state.slots(site.entry_pool, seq, s))
+
+
+def run_compressor(x: torch.Tensor, positions: torch.Tensor, weights: CompressorWeights, site: CompressorSite,
+                   addresses: CompressorAddresses, ctx: LayerContext, state_cache, entry_cache) -> None:
+    """One compressor step of this layer's numerics over rows x at positions (see `compressor_step`)."""
     cfg, policy = ctx.config, ctx.policy
-    csa = ctx.kind is AttentionKind.CSA
-    ratio = cfg.compress_rate_csa if csa else cfg.compress_rate_hca
-    entry_pool, state_pool = (Pool.CSA, Pool.CSA_STATE) if csa else (Pool.HCA, Pool.HCA_STATE)
-    compressor_step(
-        x, positions, w.compressor, CompressorSpec(ratio, overlap=csa, dim=cfg.head_dim),
-        state_cache=caches.state, state_slots_of=lambda p: slots_of(state_pool, p),
-        entry_cache=caches.compressed, entry_slots_of=lambda s: slots_of(entry_pool, s),
-        inv_freq=ctx.inv_freq, rms_eps=cfg.rms_norm_eps, out_dtype=policy.stream_dtype,
-        round_pooled_to_bf16=policy.round_compressed_to_bf16, kernels=ctx.kernels,
-    )
-    return csa, ratio, entry_pool
+    compressor_step(x, positions, weights, site.spec, addresses, state_cache=state_cache, entry_cache=entry_cache,
+                    inv_freq=ctx.inv_freq, rms_eps=cfg.rms_norm_eps, out_dtype=policy.stream_dtype,
+                    round_pooled_to_bf16=policy.round_compressed_to_bf16, kernels=ctx.kernels)
 
 
 def _indexer_select(
@@ -193,14 +217,10 @@ def _indexer_select(
     observer: ForwardObserver | None,
 ) -> torch.Tensor:
     """Run the indexer's compressor, score the causal candidates, pick the tie-broken top-k."""
-    cfg, policy, seq = ctx.config, ctx.policy, chunk.seq_id
-    compressor_step(
-        x, positions, w.indexer.compressor, CompressorSpec(cfg.compress_rate_csa, overlap=True, dim=cfg.index_head_dim),
-        state_cache=caches.indexer_state, state_slots_of=lambda p: state.slots(Pool.INDEXER_STATE, seq, p),
-        entry_cache=caches.indexer, entry_slots_of=lambda s: state.slots(Pool.INDEXER, seq, s),
-        inv_freq=ctx.inv_freq, rms_eps=cfg.rms_norm_eps, out_dtype=policy.stream_dtype,
-        round_pooled_to_bf16=policy.round_compressed_to_bf16, kernels=ctx.kernels,
-    )
+    cfg, seq = ctx.config, chunk.seq_id
+    site = indexer_compressor_site(cfg)
+    run_compressor(x, positions, w.indexer.compressor, site, _chunk_compressor_addresses(positions, site, state, seq),
+                   ctx, caches.indexer_state, caches.indexer)
     num_entries = int(visible.max())
     if num_entries == 0:
         return torch.empty(positions.shape[0], 0, dtype=torch.int64, device=positions.device)

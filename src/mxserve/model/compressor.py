@@ -43,23 +43,22 @@ class CompressorSpec:
         return (2 if self.overlap else 1) * self.dim
 
 
-def compressor_step(
-    x: torch.Tensor,
-    positions: torch.Tensor,
-    weights: CompressorWeights,
-    spec: CompressorSpec,
-    *,
-    state_cache,
-    state_slots_of,
-    entry_cache,
-    entry_slots_of,
-    inv_freq: torch.Tensor,
-    rms_eps: float,
-    out_dtype: torch.dtype,
-    round_pooled_to_bf16: bool,
-    kernels: KernelSet = REFERENCE_KERNELS,
-) -> None:
-    """Process T tokens: x [T, D] (normed block input), positions [T] (one chunk: contiguous).
+@dataclass(frozen=True)
+class CompressorAddresses:
+    """Where one step's compressor rows go and which entries they complete: index math only, no
+    data. The decode path computes it once per step and hands it to every layer of the kind
+    (`mxserve.model.decode_addresses`); the per-chunk path computes it per call."""
+
+    state_slots: torch.Tensor  # [T] int64 slot of each token's state row
+    entry_slots: torch.Tensor  # [T] int64 slot of the entry the token completes, −1 if none
+    entry_positions: torch.Tensor  # [T] int64 RoPE position m·s of that entry (its window's first token)
+    row_slots: torch.Tensor  # [T, R] int64 state slots of that entry's receptive field, −1 before position 0
+
+
+def compressor_addresses(
+    positions: torch.Tensor, spec: CompressorSpec, *, state_slots_of, entry_slots_of,
+) -> CompressorAddresses:
+    """The addresses of T tokens at `positions` [T] (no host sync, a fixed shape).
 
     `state_slots_of(pos [T, ...]) -> slots [T, ...]`, `entry_slots_of(s [T]) -> slots [T]` map
     positions/entries to global cache slots (−1 for negative indices), row t's with row t's
@@ -67,22 +66,41 @@ def compressor_step(
     (`mxserve.model.decode_batch.paged_slots`); positions need not be contiguous across rows then.
     """
     m = spec.ratio
-    a = kernels.linear(x, weights.wkv)  # fp32 [T, c·d] (the release computes these in fp32)
-    z = kernels.linear(x, weights.wgate) + weights.ape.float()[positions.remainder(m)]
-    state_cache.write(state_slots_of(positions), torch.cat((a, z), dim=-1))
-
-    # Per token (no host sync, a fixed shape): the entry it completes (slot −1 if none), that
-    # entry's RoPE position m·s, and the state slots of the entry's receptive field.
     completes = (positions + 1).remainder(m) == 0
     entry_ids = torch.div(positions + 1, m, rounding_mode="floor") - 1  # [T]
     entry_slots = torch.where(completes, entry_slots_of(entry_ids), -1)
     current = entry_ids[:, None] * m + torch.arange(m, device=positions.device)[None, :]  # [T, m] window s
     row_positions = torch.cat((current - m, current), dim=1) if spec.overlap else current
-    row_slots = state_slots_of(row_positions)  # [T, R]; −1 before position 0
-    emit_args = dict(ratio=m, overlap=spec.overlap, norm_weight=weights.norm, eps=rms_eps, inv_freq=inv_freq,
-                     out_dtype=out_dtype, round_pooled_to_bf16=round_pooled_to_bf16, entry_cache=entry_cache)
+    return CompressorAddresses(state_slots_of(positions), entry_slots, entry_ids * m, state_slots_of(row_positions))
+
+
+def compressor_step(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    weights: CompressorWeights,
+    spec: CompressorSpec,
+    addresses: CompressorAddresses,
+    *,
+    state_cache,
+    entry_cache,
+    inv_freq: torch.Tensor,
+    rms_eps: float,
+    out_dtype: torch.dtype,
+    round_pooled_to_bf16: bool,
+    kernels: KernelSet = REFERENCE_KERNELS,
+) -> None:
+    """Process T tokens: x [T, D] (normed block input), positions [T], their `addresses`
+    (`compressor_addresses` of these positions and tables)."""
+    a = kernels.linear(x, weights.wkv)  # fp32 [T, c·d] (the release computes these in fp32)
+    z = kernels.linear(x, weights.wgate)
+    kernels.compressor_state_write(state_cache, addresses.state_slots, a, z, weights.ape, positions, spec.ratio)
+
+    emit_args = dict(ratio=spec.ratio, overlap=spec.overlap, norm_weight=weights.norm, eps=rms_eps,
+                     inv_freq=inv_freq, out_dtype=out_dtype, round_pooled_to_bf16=round_pooled_to_bf16,
+                     entry_cache=entry_cache)
     if kernels.compressor_emit is None:
-        compressor_emit_ref(state_cache, row_slots, entry_slots, entry_ids * m, compress_pool=kernels.compress_pool,
-                            **emit_args)
+        compressor_emit_ref(state_cache, addresses.row_slots, addresses.entry_slots, addresses.entry_positions,
+                            compress_pool=kernels.compress_pool, **emit_args)
     else:
-        kernels.compressor_emit(state_cache, row_slots, entry_slots, entry_ids * m, **emit_args)
+        kernels.compressor_emit(state_cache, addresses.row_slots, addresses.entry_slots, addresses.entry_positions,
+                                **emit_args)

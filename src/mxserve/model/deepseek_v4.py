@@ -26,6 +26,7 @@ from mxserve.model.attention import (
     output_projection,
 )
 from mxserve.model.compressor import CompressorWeights
+from mxserve.model.decode_addresses import DecodeAddresses
 from mxserve.model.decode_attention import decode_attention_heads
 from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry
 from mxserve.model.forward_batch import ForwardBatch
@@ -184,8 +185,10 @@ class DeepseekV4Model:
         inputs are validated on the host by `build_decode_batch`; the observer is not called (the
         engine runs `forward` when one is set)."""
 
+        addresses = DecodeAddresses(batch, geometry, self.config.sliding_window)
+
         def attend(x: torch.Tensor, attention: AttentionWeights, ctx: LayerContext) -> torch.Tensor:
-            heads = decode_attention_heads(x, batch, attention, ctx, state.layers[ctx.layer_id], geometry)
+            heads = decode_attention_heads(x, addresses, attention, ctx, state.layers[ctx.layer_id])
             return output_projection(heads, attention, ctx)
 
         return self._logits(self._layers(batch.token_ids, attend))

@@ -33,6 +33,13 @@ def kv_insert_ref(kv: torch.Tensor, weight: torch.Tensor, eps: float, positions:
     cache.write(slots, apply_rope(rms_norm(kv, weight, eps), positions, inv_freq))
 
 
+def compressor_state_write_ref(state_cache, slots: torch.Tensor, a: torch.Tensor, z: torch.Tensor,
+                               ape: torch.Tensor, positions: torch.Tensor, ratio: int) -> None:
+    """Compressor state rows (spec §3.4.3): [a_t | z_t + ape[p_t mod m]] in fp32 → state_cache at
+    slots[t] (−1 skipped). a, z fp32 [T, c·d]; ape [m, c·d] (the release's fp32 position bias)."""
+    state_cache.write(slots, torch.cat((a, z + ape.float()[positions.remainder(ratio)]), dim=-1))
+
+
 def compressor_emit_ref(
     state_cache, row_slots: torch.Tensor, entry_slots: torch.Tensor, entry_positions: torch.Tensor, *,
     ratio: int, overlap: bool, norm_weight: torch.Tensor, eps: float, inv_freq: torch.Tensor,

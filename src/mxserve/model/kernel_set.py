@@ -21,7 +21,7 @@ from mxserve.kernels.moe import expert_ffn_ref, moe_experts_ref, route_ref
 from mxserve.kernels.rms_norm import rms_norm
 from mxserve.kernels.sparse_attention import sparse_attention_ref
 from mxserve.kernels.topk import topk_tiebroken
-from mxserve.model.fused_ref import kv_insert_ref, q_norm_rope_ref, rope_ref
+from mxserve.model.fused_ref import compressor_state_write_ref, kv_insert_ref, q_norm_rope_ref, rope_ref
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class KernelSet:
     q_norm_rope: Callable = q_norm_rope_ref  # per-head RMS + RoPE of q
     rope: Callable = rope_ref  # RoPE / inverse RoPE (indexer q, attention output)
     kv_insert: Callable = kv_insert_ref  # window KV norm + RoPE + encode + insert
+    compressor_state_write: Callable = compressor_state_write_ref  # [a | z + ape] rows → state cache
     # None = the unfused composition of the slots above (compress_pool / indexer_scores on keys
     # read through the cache), so swapping those single ops keeps working:
     compressor_emit: Callable | None = None  # pooling + norm + RoPE + encode + insert of entries

@@ -1,9 +1,9 @@
 """Issue 11 acceptance (CI, interpreter): the compressor emits exactly the reference's entries for
 prefill chunk sizes 1, 3, 4, 5, 128, 129.
 
-Through the model's own `compressor_step` (state rows written, then `kernels.compressor_emit`):
-the Triton emit kernel run chunk by chunk vs the reference (`compressor_emit_ref`) run as one
-prefill. Compared: every byte of the entry cache and of the state cache (tolerance none). Cases:
+Through the model's own `compressor_step` (state rows written by `kernels.compressor_state_write`,
+then `kernels.compressor_emit`): the Triton state-write and emit kernels run chunk by chunk vs the
+references (`compressor_state_write_ref`, `compressor_emit_ref`) run as one prefill. Compared: every byte of the entry cache and of the state cache (tolerance none). Cases:
 CSA (ratio 4, overlapping windows) into an fp32 cache in exact numerics; CSA's indexer keys into
 the FP8 indexer key cache and HCA (no overlap) into the fp8_ds_mla cache, both in faithful
 numerics (bf16 pooled rounding). Pages are shuffled (slots jump pages) and page strides are
@@ -20,9 +20,10 @@ import torch
 
 pytest.importorskip("triton")
 
+from mxserve.kernels.attention_ops.state_write import compressor_state_write_triton
 from mxserve.kernels.attention_ops.triton_ops import compressor_emit_triton
 from mxserve.kernels.cache import CompressorStateCache, PagedIndexerKeyCache, PagedKVCache
-from mxserve.model.compressor import CompressorSpec, CompressorWeights, compressor_step
+from mxserve.model.compressor import CompressorSpec, CompressorWeights, compressor_addresses, compressor_step
 from mxserve.model.kernel_set import REFERENCE_KERNELS
 from mxserve.model.rope import inverse_frequencies
 
@@ -87,10 +88,11 @@ def _run(case: str, length: int, chunk: int, kernels) -> tuple[torch.Tensor, tor
     inv_freq = inverse_frequencies(64, 10000.0, None).to(DEVICE)
     for start in range(0, length, chunk):
         end = min(start + chunk, length)
+        positions = torch.arange(start, end, device=DEVICE)
+        addresses = compressor_addresses(positions, spec, state_slots_of=state_slots, entry_slots_of=entry_slots)
         compressor_step(
-            x[start:end], torch.arange(start, end, device=DEVICE), weights, spec, state_cache=state,
-            state_slots_of=state_slots, entry_cache=entries, entry_slots_of=entry_slots, inv_freq=inv_freq,
-            rms_eps=1e-6, out_dtype=out_dtype, round_pooled_to_bf16=round_bf16, kernels=kernels,
+            x[start:end], positions, weights, spec, addresses, state_cache=state, entry_cache=entries,
+            inv_freq=inv_freq, rms_eps=1e-6, out_dtype=out_dtype, round_pooled_to_bf16=round_bf16, kernels=kernels,
         )
     return state.buffer, entries.buffer
 
@@ -101,7 +103,8 @@ def _first_mismatch(a: torch.Tensor, b: torch.Tensor) -> str:
            f"{int(b[tuple(idx[0])])}" if len(idx) else "equal"
 
 
-TRITON_EMIT = dataclasses.replace(REFERENCE_KERNELS, compressor_emit=compressor_emit_triton)
+TRITON_EMIT = dataclasses.replace(REFERENCE_KERNELS, compressor_emit=compressor_emit_triton,
+                                  compressor_state_write=compressor_state_write_triton)
 
 
 @pytest.mark.parametrize("chunk", CHUNK_SIZES)

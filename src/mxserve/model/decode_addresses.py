@@ -1,0 +1,78 @@
+"""Every slot map of one decode step that does not depend on a layer's data, computed once.
+
+The pools' block tables are per sequence and shared by every layer that has the pool
+(`kv_state`), and a decode step's positions are the same for every layer, so the window's write
+and read slots, each compressor's state/entry/receptive-field slots, the visible entry counts and
+the HCA and indexer candidate slots of the first layer of a kind are those of every later layer.
+Computing them per layer was most of the decode step's small launches (the default model: ~500
+int64 ops and 52 slot-map launches per token out of ~1000 launches, counted on the CPU). Only the
+CSA layers' selected entries (their top-k, data) are mapped per layer, through `entry_slots`.
+
+Each map is computed on first use and kept for the rest of the step: inside a captured CUDA graph
+that first use is part of the replay, so the maps follow the step's positions and tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+
+import torch
+
+from mxserve.model.compressor import CompressorAddresses, CompressorSpec, compressor_addresses
+from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry, paged_slots
+from mxserve.model.kv_state import Pool
+
+
+class DecodeAddresses:
+    """The slot maps of one `DecodeBatch` step (B rows): see the module docstring. Padding rows
+    have all-(−1) tables, so every slot they get is −1."""
+
+    def __init__(self, batch: DecodeBatch, geometry: DecodeGeometry, sliding_window: int) -> None:
+        self.batch = batch
+        self.geometry = geometry
+        self.sliding_window = sliding_window
+        self._memo: dict[Hashable, object] = {}
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return self.batch.positions  # [B] int64
+
+    def _once(self, key: Hashable, compute: Callable[[], object]):
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def slots(self, pool: Pool, indices: torch.Tensor) -> torch.Tensor:
+        """Per-row slots of `indices` [B, ...] in `pool` (not kept: for data-dependent indices)."""
+        return paged_slots(self.batch.block_tables[pool], indices, self.geometry.block_size)
+
+    def window_write(self) -> torch.Tensor:
+        """[B] the window slot of each row's own token."""
+        return self._once("window write", lambda: self.slots(Pool.WINDOW, self.positions))
+
+    def window_read(self) -> torch.Tensor:
+        """[B, W] the window slots a row attends to: positions p−W+1 .. p (−1 before position 0)."""
+        def compute() -> torch.Tensor:
+            offsets = torch.arange(-self.sliding_window + 1, 1, device=self.positions.device)
+            return self.slots(Pool.WINDOW, self.positions[:, None] + offsets[None, :])
+        return self._once("window read", compute)
+
+    def compressor(self, spec: CompressorSpec, state_pool: Pool, entry_pool: Pool) -> CompressorAddresses:
+        """A compressor's state, entry and receptive-field slots (`compressor_addresses`)."""
+        return self._once(("compressor", spec, state_pool, entry_pool), lambda: compressor_addresses(
+            self.positions, spec, state_slots_of=lambda p: self.slots(state_pool, p),
+            entry_slots_of=lambda s: self.slots(entry_pool, s)))
+
+    def visible(self, ratio: int) -> torch.Tensor:
+        """[B] compressed entries a row can see: s < (p + 1) // ratio."""
+        return self._once(("visible", ratio),
+                          lambda: torch.div(self.positions + 1, ratio, rounding_mode="floor"))
+
+    def candidates(self, pool: Pool, ratio: int, num_candidates: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(entry ids, slots) [B, num_candidates] of a row's visible entries in `pool`, both −1 in the
+        columns at or past the row's visible count (the capacity's fixed width)."""
+        def compute() -> tuple[torch.Tensor, torch.Tensor]:
+            ids = torch.arange(num_candidates, device=self.positions.device)[None, :]
+            entry_ids = torch.where(ids < self.visible(ratio)[:, None], ids, -1)
+            return entry_ids, self.slots(pool, entry_ids)
+        return self._once(("candidates", pool, ratio, num_candidates), compute)
