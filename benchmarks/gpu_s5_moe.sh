@@ -21,7 +21,7 @@ echo "pytest exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$R/gpu_tests.log
 stamp "B: benchmark"
 timeout -s INT 85 python3 benchmarks/moe.py --variants bf16-split bf16-stream --tokens 1 64 16 4 \
     --stream-configs n64s4 n64s6 n128s4 n64s4pdl --no-twin --baselines grouped --baseline-max-tokens 1 \
-    --kernel-times --skip invariance --deadline 60 --out "$R/moe_stream.json" > "$R/bench.log" 2>&1
+    --kernel-times 1 64 --skip invariance --deadline 60 --out "$R/moe_stream.json" > "$R/bench.log" 2>&1
 echo "benchmark exit $?"; grep -E "Traceback|Error" "$R/bench.log" | head -n 5
 stamp "done"
 

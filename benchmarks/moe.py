@@ -19,7 +19,7 @@ torch twin (`moe_experts_ref`) at every token count and routing, and batch invar
     PYTHONPATH=src python benchmarks/moe.py --variants bf16 bf16-split --tokens 1 4 16 64 256 \
         --skip invariance --out $OUT/moe_split.json                  # issue 10: split decode vs fused
     PYTHONPATH=src python benchmarks/moe.py --variants bf16 bf16-split bf16-stream --tokens 1 4 16 64 \
-        --stream-configs n64s4 n64s3 n128s3 n64s4pdl --no-twin --baselines grouped --kernel-times \
+        --stream-configs n64s4 n64s6 n128s4 n64s4pdl --no-twin --baselines grouped --kernel-times 1 64 \
         --skip invariance --out $OUT/moe_stream.json                 # issue 10: streaming decode, config sweep
 Stream configs (`--stream-configs`, variant "bf16-stream" under each `stream.CONFIG`): n<block_n>
 s<num_stages>[w<num_warps>][pdl], e.g. n64s4pdl; each is timed as its own column and bit-checked
@@ -289,7 +289,8 @@ def main() -> None:
     ap.add_argument("--no-twin", action="store_true", help="parity: skip the fp64 twin (bit checks vs bf16 only)")
     ap.add_argument("--baselines", choices=["all", "grouped", "none"], default="all",
                     help="same-run baselines: bf16 grouped matmul and dequantize-then-matmul, the first, or none")
-    ap.add_argument("--kernel-times", action="store_true", help="device time per kernel (torch.profiler, eager)")
+    ap.add_argument("--kernel-times", type=int, nargs="*", default=[],
+                    help="token counts at which to record device time per kernel (torch.profiler, eager, real routing)")
     ap.add_argument("--baseline-max-tokens", type=int, default=1 << 30,
                     help="same-run baselines only up to this many tokens (they dequantize every hit expert)")
     args = ap.parse_args()
@@ -441,7 +442,7 @@ def main() -> None:
                     row["w4a8_TBs"] = row["hit_bytes"] / (row["w4a8_us"] * 1e-6) / 1e12
                 log.append(row)
                 print(json.dumps(row), flush=True)
-                if args.kernel_times:
+                if n in args.kernel_times and pattern == "real":
                     kernel_times(st, cases[:4], entries, log, n, pattern)
     if "timing" not in args.skip:
         section("timing", log, timing)
