@@ -135,3 +135,35 @@ def test_refuses_fp8_block_and_large_scale_bytes():
     with pytest.raises(ValueError, match="129 > 128"):
         _run(x, ids, w, "exact", "bf16-stream", experts=big)
     assert len(EXPERTS) == E and I % 128 == 0
+
+
+def test_quads_ptx_is_the_pairs_arithmetic():
+    """`_E2M1_QUADS_PTX` (4 code bytes a register) on words made of every byte pair, emulated in int64:
+    its four outputs are the pairs version's two outputs for bytes 0, 1 and for bytes 2, 3 (the pairs
+    version is checked against the interpreter's form in test_experts_split)."""
+    from mxserve.kernels.moe._experts_split_kernel import _E2M1_PAIRS_PTX
+    from mxserve.kernels.moe._experts_stream_kernel import _E2M1_QUADS_PTX
+
+    def prmt(a, sel):  # prmt.b32 d, a, 0, sel (selectors 0-3: a's bytes, 4: zero)
+        out = torch.zeros_like(a)
+        for i in range(4):
+            s = (sel >> (4 * i)) & 0xF
+            byte = (a >> (8 * s)) & 0xFF if s < 4 else torch.zeros_like(a)
+            out |= byte << (8 * i)
+        return out
+
+    def lo_hi(t):
+        return ((t & 0x000F000F) * 0x1040) & 0x81C081C0, ((t & 0x00F000F0) * 0x104) & 0x81C081C0
+
+    pairs = torch.arange(65536, dtype=torch.int64)
+    word = pairs | (pairs.flip(0) << 16)  # bytes 0, 1 = a pair; bytes 2, 3 = another pair
+    q0, q2 = lo_hi(prmt(word, 0x4140))
+    q1, q3 = lo_hi(prmt(word, 0x4342))
+    p_lo, p_hi = lo_hi(prmt(pairs, 0x4140))  # the pairs version: cvt.u32.u16 then prmt 0x4140
+    r_lo, r_hi = lo_hi(prmt(pairs.flip(0), 0x4140))
+    assert torch.equal(q0, p_lo) and torch.equal(q2, p_hi) and torch.equal(q1, r_lo) and torch.equal(q3, r_hi)
+    # and the PTX strings say what the emulation does
+    for line in ("prmt.b32 t, $4, 0, 0x4140;", "prmt.b32 t, $4, 0, 0x4342;", "and.b32 $1, n, 0x81C081C0;",
+                 "and.b32 $3, n, 0x81C081C0;"):
+        assert line in _E2M1_QUADS_PTX.value
+    assert "prmt.b32 t, t, 0, 0x4140;" in _E2M1_PAIRS_PTX.value and "mul.lo.u32 n, n, 0x1040;" in _E2M1_QUADS_PTX.value
