@@ -21,7 +21,18 @@ Here, with the same arithmetic:
   and the top-k combine in the last down program of a (token, 64-feature tile) to arrive
   (acq_rel arrival counters; the pattern and why it is correct: `linear_fp8_block`'s kernel
   docstring, "Fused sum"). The prep kernel zeroes the counters, so none persist between calls.
-  One call = 3 launches: prep, gate/up, down.
+  One call = 3 launches: prep, gate/up, down;
+* the nibbles are widened 4 code bytes per inline-asm instance (`_E2M1_QUADS_PTX`), gate and up
+  share one loop body (one set of shared-memory buffers), and (opt-in, CONFIG "pdl") gate/up and
+  down start as programmatic dependent launches that prefetch their first weight blocks into L2
+  while the previous kernel finishes.
+sm_90 compile (Triton 3.9, `tests/kernels/moe/sm90_compile_experts.py`): every K-loop load a
+cp.async, 0 plain loads in the loop (split kernel: 3 in down, 6 in gate/up); 278 / 293 K-loop
+instructions per warp per 128-K block in down / gate/up = 0.27 / 0.29 warp instructions per weight
+byte (split: 0.33); 96 registers, no spills, 37-46 KB shared memory at 3-4 stages.
+What is left per block: ~145 instructions of nibble decode and scale products (3.5 + 1 per bf16
+pair: near the floor of this bit-placement widening), ~20 moving the widened tile into the wgmma
+operand layout through shared memory, ~110 of pipeline bookkeeping, barriers and wgmma fences.
 
 Bit-identity with "bf16-split" / "bf16-fused": the weights are the same exact bf16 values (the
 split kernel's `_mxfp4_block_bf16`), the activations the same values (the fake quantization of
