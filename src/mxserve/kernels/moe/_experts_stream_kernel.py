@@ -102,11 +102,16 @@ def _even_odd(j):
 @triton.jit(do_not_specialize=["num_cnt"])  # run-time sizes: one compile for every value
 def _moe_stream_prep_kernel(
     x_ptr, xp_ptr, cnt_ptr, num_cnt, stride_x, stride_xp,
-    QUANT: tl.constexpr, ZERO_PER: tl.constexpr,
+    QUANT: tl.constexpr, ZERO_PER: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Program (token t, 128-block kb): xp[t, block kb] = x (QUANT: `fake_quant_fp8`'s values, the
     same ops as `_act_quant_fp8_kernel` with one row) in even-then-odd order, in xp's dtype; and
-    zeroes its ZERO_PER of the num_cnt arrival counters."""
+    zeroes its ZERO_PER of the num_cnt arrival counters. PDL: wait for the previous kernel (it may
+    write x; and only once it is done may gate/up, which reads the expert ids before its own wait,
+    start), then let gate/up launch."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     t = tl.program_id(0)
     kb = tl.program_id(1)
     j = tl.arange(0, 128)

@@ -25,8 +25,9 @@ STREAM_MAX_PAIRS = 512  # each program scans this many expert ids at most
 BLOCK_M = 16  # rows (pairs) of one expert per program: the 16-row blocks of the split decode
 # --- launch parameters (H200; benchmarks/moe.py --stream-configs sweeps them) ----------------------
 # num_stages 4: 3 blocks of codes + scales + x in flight a program (sm_90, Triton 3.9: 96 registers,
-# 45 KB shared, 4 programs per SM); pdl: programmatic dependent launch of gate/up and down with an
-# L2 prefetch of their first pdl_blocks weight blocks (off until measured on the device's Triton).
+# 45 KB shared, 4 programs per SM); pdl: all three launches programmatic dependent launches, gate/up
+# and down prefetching their first pdl_blocks weight blocks into L2 before they wait for the kernel
+# before them (off until measured on the device's Triton; the kernel docstrings say why it is safe).
 # block_n: output features per program, 64 (the split decode's wgmma tile) or 128 (the fused
 # kernel's: half the programs, ~10% fewer K-loop instructions per byte); both give the same bits.
 CONFIG = {"block_n": 64, "num_warps": 4, "num_stages": 4, "pdl": False, "pdl_blocks": 4}
@@ -84,6 +85,7 @@ def stream_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tens
     cnt = torch.empty((num_cnt,), dtype=torch.int32, device=dev)
     _moe_stream_prep_kernel[(num_tokens, st.dim // 128)](
         x, xp, cnt, num_cnt, x.stride(0), xp.stride(0), QUANT=quantize_inputs, ZERO_PER=zero_per, num_warps=1,
+        PDL=pdl, **({"launch_pdl": True} if pdl else {}),
     )
     gu = torch.empty((num_pairs, 2, st.hidden), dtype=torch.float32, device=dev)  # valid rows only
     h = torch.empty((num_pairs, st.hidden), dtype=hidden_dtype, device=dev)
