@@ -1,0 +1,20 @@
+# Sourced by the session-5 H200 call scripts: one Triton cache for every step (restored from .tc,
+# returned by gpu_s5_pack), transformers >= 5.24 from .whl when the image's is older, raw rows in
+# $R, and `stamp` for section headers. Carry [".tc", ".whl"] with the call.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.triton_cache PYTHONPATH=$PWD/src
+OUT=${OUT:-/tmp/gpu_out}; R=$OUT/results; mkdir -p "$R" "$TRITON_CACHE_DIR"
+cat .tc/triton_cache.tgz.* 2>/dev/null | tar -xzf - 2>/dev/null && echo "Triton cache restored: $(ls "$TRITON_CACHE_DIR" | wc -l) entries"
+if ! python3 -c "from transformers import DeepseekV4ForCausalLM" 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+        > "$R/pip.log" 2>&1 && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+T0=$(date +%s)
+stamp() { echo; echo "=== $1 (+$(( $(date +%s) - T0 )) s)"; }
+
+# Everything back in at most 8 files: the results as one archive, the Triton cache in 15 MB pieces.
+gpu_s5_pack() {
+    tar -C "$OUT" -czf "$OUT/results.tgz" results && rm -rf "$R"
+    tar -czf - .triton_cache | split -b 15m -d -a 1 - "$OUT/triton_cache.tgz."
+    ls -la "$OUT"
+}
