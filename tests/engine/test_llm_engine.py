@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
+import logging
 
 import pytest
 import torch
 
 from mxserve import LLM, SamplingParams
 from mxserve.engine.cache_sizing import budget_for_tokens
+from mxserve.engine.model_runner import _select_rows
 from mxserve.model.checkpoint import CheckpointReader
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.greedy import greedy_generate
@@ -124,3 +126,33 @@ def test_bad_requests_raise_and_leave_the_engine_serving(tiny_dir):
 def test_missing_model_dir_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         LLM(str(tmp_path / "nope"), progress=False)
+
+
+def test_non_finite_logits_are_flagged_when_the_step_samples(tiny_dir, caplog):
+    """The finiteness flag is read back together with the sampled tokens (one host read per step):
+    a NaN logit in a sampling step must still be reported."""
+    llm = LLM(tiny_dir, numerics="exact", max_model_len=64, progress=False)
+    model = llm.engine.runner.model
+    forward = model.forward
+
+    def poisoned(*args, **kwargs):
+        logits = forward(*args, **kwargs)
+        logits[:, 3] = float("nan")
+        return logits
+
+    model.forward = poisoned
+    with caplog.at_level(logging.ERROR, logger="mxserve.engine"):
+        llm.generate([[0, 5, 6]], SamplingParams(max_tokens=1, temperature=0, ignore_eos=True))
+    assert "non-finite logits" in caplog.text
+    caplog.clear()
+    model.forward = forward
+    with caplog.at_level(logging.ERROR, logger="mxserve.engine"):
+        llm.generate([[0, 5, 6]], SamplingParams(max_tokens=1, temperature=0, ignore_eos=True))
+    assert "non-finite logits" not in caplog.text
+
+
+def test_select_rows_slices_consecutive_rows_and_gathers_others():
+    logits = torch.arange(20.0).view(5, 4)
+    assert torch.equal(_select_rows(logits, [1, 2, 3]), logits[1:4])
+    assert torch.equal(_select_rows(logits, [4, 0]), logits[[4, 0]])
+    assert _select_rows(logits, []).shape == (0, 4)

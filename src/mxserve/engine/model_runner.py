@@ -106,17 +106,23 @@ class ModelRunner:
         result = StepResult(RunnerOutput({}))
         if not rows:
             return result
-        result.logits_finite = bool(torch.isfinite(logits).all())
+        # Read back once per step: the finiteness flag travels with the sampled tokens (each host
+        # read of a device value waits for the whole step; three of them per decode step cost
+        # more than the sampling itself on a GPU).
+        finite = torch.isfinite(logits).all()
+        if not sample_rows:
+            result.logits_finite = bool(finite)
 
         if sample_rows:
             ids = list(sample_rows)
-            picked = logits[torch.tensor([sample_rows[i] for i in ids], device=logits.device)]
+            picked = _select_rows(logits, [sample_rows[i] for i in ids])
             out = self.sampler.sample(
                 picked, [sampling[i].params for i in ids], [sampling[i].seed for i in ids],
                 [self._chunk_end(step, i) for i in ids],
                 banned=[self._banned_ids(sampling[i], self._chunk_end(step, i)) for i in ids],
             )
-            tokens = out.token_ids.tolist()
+            *tokens, is_finite = torch.cat((out.token_ids, finite.to(torch.int64)[None])).tolist()
+            result.logits_finite = bool(is_finite)
             result.runner_output = RunnerOutput({rid: (tok,) for rid, tok in zip(ids, tokens, strict=True)})
             if out.top_logprobs is not None:
                 wanted = [sampling[i].params.logprobs or 0 for i in ids]
@@ -151,7 +157,7 @@ class ModelRunner:
         if logits is None:
             self.eager_stats.record(decision.reason if decision.is_eager else graphs.unavailable)
             return None
-        return logits[torch.tensor(rows, dtype=torch.int64, device=logits.device)] if rows else logits[:0]
+        return _select_rows(logits, rows)
 
     def _banned_ids(self, info: RequestSampling, next_position: int) -> tuple[int, ...]:
         """min_tokens: EOS and the stop token ids are held back until that many output tokens exist."""
@@ -163,3 +169,15 @@ class ModelRunner:
     @staticmethod
     def _chunk_end(step: SchedulerOutput, request_id: str) -> int:
         return step.chunk_of(request_id).end_pos
+
+
+def _select_rows(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """logits[rows]. Consecutive rows (every decode step) are a slice: no index tensor to copy to
+    the device, a copy that waits for the step. The slice may alias a captured graph's output
+    buffer; callers finish with it before the next step replays the graph."""
+    if not rows:
+        return logits[:0]
+    first = rows[0]
+    if rows == list(range(first, first + len(rows))):
+        return logits[first : first + len(rows)]
+    return logits[torch.tensor(rows, dtype=torch.int64, device=logits.device)]
