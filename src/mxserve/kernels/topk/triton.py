@@ -1,22 +1,33 @@
-"""Launcher of the tie-broken top-k Triton kernel: same contract and same indices as
+"""Launchers of the tie-broken top-k Triton kernels: same contract and same indices as
 `topk_tiebroken_ref` (score desc, then index asc; masked candidates never chosen; -1 padding).
+
+`topk_tiebroken_triton` is the entry the attention chooser uses. It launches the radix-select
+kernel (`_topk_select_kernel.py`) for rows of up to 16384 candidates, and the one-program legacy
+kernel (`_topk_kernel.py`) for longer rows or when MXSERVE_TOPK_LEGACY=1 (the off switch).
 
 Limits (ValueError, never a silent fallback): rows of up to 65536 candidates (the row lives in
 registers; Flash at 256K context has 65536 CSA entries), k <= 4096. Difference from the twin:
 a NaN score on a valid candidate is not detected (the twin raises; checking would cost a host
-sync per call) — it ranks as the largest (positive NaN) or smallest (negative NaN) value.
+sync per call): both kernels rank it by its bits, a positive NaN above +inf and a negative
+NaN below -inf (the select kernel breaks ties among equal NaN bit patterns by index too).
 """
 
 from __future__ import annotations
+
+import functools
+import os
 
 import torch
 import triton
 
 from mxserve.kernels.topk._topk_kernel import _topk_kernel
+from mxserve.kernels.topk._topk_select_kernel import _topk_select_kernel
 from mxserve.kernels.topk.reference import candidate_mask
 
 MAX_CANDIDATES = 65536
 MAX_K = 4096
+SELECT_MAX_CANDIDATES = 16384  # the select kernel's row in registers: 16 per thread at 32 warps
+LEGACY_ENV = "MXSERVE_TOPK_LEGACY"
 
 
 def topk_tiebroken_triton(
@@ -25,25 +36,45 @@ def topk_tiebroken_triton(
     valid_mask: torch.Tensor | None = None,
     num_valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """int64 [N, k], identical to `topk_tiebroken_ref` (see the module docstring for the kernel)."""
+    if os.environ.get(LEGACY_ENV, "0") == "1" or scores.shape[-1] > SELECT_MAX_CANDIDATES:
+        return topk_tiebroken_triton_legacy(scores, k, valid_mask, num_valid)
+    return topk_tiebroken_triton_select(scores, k, valid_mask, num_valid)
+
+
+def _checked(scores, k, valid_mask, num_valid, max_candidates):
+    """(scores with unit last stride, int8 mask or a dummy, int32 num_valid or a dummy)."""
     if scores.dim() != 2 or scores.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"scores must be a float [N, C] tensor, got {scores.dtype} {tuple(scores.shape)}")
     if not 0 <= k <= MAX_K:
         raise ValueError(f"k must be in [0, {MAX_K}], got {k=}")
     n, c = scores.shape
-    if c > MAX_CANDIDATES:
-        raise ValueError(f"top-k triton: {c} candidates per row exceed {MAX_CANDIDATES} (row held in registers)")
+    if c > max_candidates:
+        raise ValueError(f"top-k triton: {c} candidates per row exceed {max_candidates} (row held in registers)")
     if valid_mask is not None:
         candidate_mask(scores, valid_mask, None)  # shape/dtype checks with the twin's messages
     if num_valid is not None:
         num_valid = torch.as_tensor(num_valid, device=scores.device)
         if tuple(num_valid.shape) != (n,) or num_valid.dtype.is_floating_point:
             raise ValueError(f"num_valid must be an integer tensor [{n}], got {num_valid.dtype} {tuple(num_valid.shape)}")
-    out = torch.full((n, k), -1, dtype=torch.int64, device=scores.device)
-    if n == 0 or k == 0 or c == 0:
-        return out
     scores = scores if scores.stride(-1) == 1 else scores.contiguous()
     mask = valid_mask.to(torch.int8).contiguous() if valid_mask is not None else scores
     nv = num_valid.to(torch.int32).contiguous() if num_valid is not None else scores
+    return scores, mask, nv
+
+
+def topk_tiebroken_triton_legacy(
+    scores: torch.Tensor,
+    k: int,
+    valid_mask: torch.Tensor | None = None,
+    num_valid: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The one-program-per-row kernel (bitwise threshold descent + bitonic sort of the winners)."""
+    n, c = scores.shape if scores.dim() == 2 else (0, 0)
+    scores, mask, nv = _checked(scores, k, valid_mask, num_valid, MAX_CANDIDATES)
+    out = torch.full((n, k), -1, dtype=torch.int64, device=scores.device)
+    if n == 0 or k == 0 or c == 0:
+        return out
     block_c = triton.next_power_of_2(c)
     # -- launch parameters: ~32 row elements per thread ------------------------------------------
     num_warps = max(1, min(16, block_c // 1024))
@@ -51,5 +82,68 @@ def topk_tiebroken_triton(
         scores, mask, nv, out, c, k, scores.stride(0), mask.stride(0), out.stride(0),
         HAS_MASK=valid_mask is not None, HAS_NUM=num_valid is not None, BLOCK_C=block_c,
         BLOCK_OUT=triton.next_power_of_2(max(k, 1)), num_warps=num_warps,
+    )
+    return out
+
+
+@functools.cache
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def select_launch_params(rows: int, c: int, k: int, device: torch.device,
+                         programs_per_row: int | None = None, num_warps: int | None = None) -> dict:
+    """The select kernel's constexprs and launch shape, from shapes (and the SM count) only."""
+    block_c = max(32, triton.next_power_of_2(c))  # >= 32: the prefix count folds groups of 32
+    block_k = triton.next_power_of_2(max(k, 1))
+    # S is kept to <= cap candidates: 2x the output leaves room for the threshold bin's spill
+    cap = min(block_c, max(2 * block_k, 512))
+    if programs_per_row is None:
+        # rank-ordering programs per row while the GPU has idle SMs (one program per SM); with
+        # fewer, each would count more than 64 members x |S| pairs (and hold 64+ accumulators
+        # per thread): one sort per row is cheaper
+        sms = _num_sms(device.index if device.index is not None else torch.cuda.current_device()) \
+            if device.type == "cuda" else 1
+        spare = max(1, min(64, cap // 16, sms // max(rows, 1)))
+        programs_per_row = 1 << (spare.bit_length() - 1)
+        if cap // programs_per_row > 64:
+            programs_per_row = 1
+    # -- 4 warps up to 4096 candidates, then ~1024 per warp, at most 16 ---------------------------
+    nw = num_warps if num_warps is not None else max(4, min(16, block_c // 1024))
+    p = programs_per_row
+    if p < 1 or p & (p - 1) or cap // p < 16:
+        raise ValueError(f"programs_per_row must be a power of 2 with >= 16 candidates each, got {p} for {cap=}")
+    return {
+        "BLOCK_C": block_c, "BLOCK_K": block_k, "CAP": cap, "P": p, "RANK": p > 1,
+        "BJ": 32 * nw,  # rank tile [BI, BJ]: one member j per thread, the BI slice in registers
+        "num_warps": nw,
+    }
+
+
+def topk_tiebroken_triton_select(
+    scores: torch.Tensor,
+    k: int,
+    valid_mask: torch.Tensor | None = None,
+    num_valid: torch.Tensor | None = None,
+    *,
+    programs_per_row: int | None = None,
+    num_warps: int | None = None,
+) -> torch.Tensor:
+    """The radix-select kernel; `programs_per_row` (1: sort, >1: rank counting) and `num_warps`
+    override the shape-based choice (tests and sweeps)."""
+    n, c = scores.shape if scores.dim() == 2 else (0, 0)
+    scores, mask, nv = _checked(scores, k, valid_mask, num_valid, SELECT_MAX_CANDIDATES)
+    if n == 0 or k == 0 or c == 0:
+        return torch.full((n, k), -1, dtype=torch.int64, device=scores.device)
+    lp = select_launch_params(n, c, k, scores.device, programs_per_row, num_warps)
+    out = torch.empty((n, k), dtype=torch.int64, device=scores.device)  # every slot is written
+    needs_scratch = lp["RANK"] or lp["BLOCK_C"] > lp["CAP"]
+    scratch = (torch.empty(n * lp["P"] * 2 * lp["CAP"], dtype=torch.int32, device=scores.device)
+               if needs_scratch else out)
+    _topk_select_kernel[(n, lp["P"])](
+        scores, mask, nv, out, scratch, c, k, scores.stride(0), mask.stride(0), out.stride(0),
+        HAS_MASK=valid_mask is not None, HAS_NUM=num_valid is not None, BLOCK_C=lp["BLOCK_C"],
+        BLOCK_K=lp["BLOCK_K"], CAP=lp["CAP"], P=lp["P"], RANK=lp["RANK"], BJ=lp["BJ"],
+        num_warps=lp["num_warps"],
     )
     return out
