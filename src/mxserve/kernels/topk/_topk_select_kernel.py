@@ -163,30 +163,33 @@ def _member_keys(srow_ptr, si_ptr, j, n_s):
 @triton.jit
 def _rank_and_store(si_ptr, sv_ptr, n_s, out_ptr, k, kk, part,
                     BI: tl.constexpr, BJ: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Slice `part` of S: rank = #{members ranked before it}; out[rank] = its index.
+    """Slice `part` of S (BI members): rank = #{members ranked before it}; out[rank] = its index.
 
-    The [BI, BJ] tile is meant to put one member j per thread (BJ = 32 x num_warps) and the BI
-    slice members in every thread's registers: a pair costs a compare and an add, and the
-    counts are summed across threads once, after the loop. S is in index order, so a member j
-    before the slice wins a tie (counted when v_j <= v_i), one after it loses it (v_j < v_i),
-    and only the block overlapping the slice needs the position compare."""
-    i0 = part * BI
-    i = i0 + tl.arange(0, BI)
-    vi = tl.load(sv_ptr + i, mask=i < n_s, other=-1).to(tl.uint32, bitcast=True)  # -1: NOT_CANDIDATE
-    before = tl.zeros([BI, BJ], tl.int32)
-    for j0 in range(0, n_s, BJ):
-        j = j0 + tl.arange(0, BJ)
-        vj = tl.load(sv_ptr + j, mask=j < n_s, other=-1).to(tl.uint32, bitcast=True)
-        if j0 + BJ <= i0:
-            before += (vj[None, :] <= vi[:, None]).to(tl.int32)
-        elif j0 >= i0 + BI:
-            before += (vj[None, :] < vi[:, None]).to(tl.int32)
-        else:
-            tie_won = (vj[None, :] == vi[:, None]) & (j[None, :] < i[:, None])
-            before += ((vj[None, :] < vi[:, None]) | tie_won).to(tl.int32)
-    rank = tl.sum(before, axis=1)
-    idx = tl.load(si_ptr + i, mask=i < n_s, other=0)
-    tl.store(out_ptr + rank, idx.to(tl.int64), mask=(i < n_s) & (rank < k))
+    Sub-slices of RB <= 16 members at a time against blocks of BJ = 32 x num_warps members: the
+    [RB, BJ] tile is meant to put one member j per thread and the RB sub-slice members in every
+    thread's registers (RB counters + RB keys: more would spill at 16 warps), so a pair costs a
+    compare and an add, and the counts are summed across threads once per sub-slice. S is in
+    index order, so a member j before the sub-slice wins a tie (counted when v_j <= v_i), one
+    after it loses it (v_j < v_i), and only the block overlapping it needs the position compare."""
+    RB: tl.constexpr = BI if BI < 16 else 16
+    for sub in range(0, BI, RB):
+        i0 = part * BI + sub
+        i = i0 + tl.arange(0, RB)
+        vi = tl.load(sv_ptr + i, mask=i < n_s, other=-1).to(tl.uint32, bitcast=True)  # -1: NOT_CANDIDATE
+        before = tl.zeros([RB, BJ], tl.int32)
+        for j0 in range(0, n_s, BJ):
+            j = j0 + tl.arange(0, BJ)
+            vj = tl.load(sv_ptr + j, mask=j < n_s, other=-1).to(tl.uint32, bitcast=True)
+            if j0 + BJ <= i0:
+                before += (vj[None, :] <= vi[:, None]).to(tl.int32)
+            elif j0 >= i0 + RB:
+                before += (vj[None, :] < vi[:, None]).to(tl.int32)
+            else:
+                tie_won = (vj[None, :] == vi[:, None]) & (j[None, :] < i[:, None])
+                before += ((vj[None, :] < vi[:, None]) | tie_won).to(tl.int32)
+        rank = tl.sum(before, axis=1)
+        idx = tl.load(si_ptr + i, mask=i < n_s, other=0)
+        tl.store(out_ptr + rank, idx.to(tl.int64), mask=(i < n_s) & (rank < k))
     if part == 0:
         jj = tl.arange(0, BLOCK_K)
         tl.store(out_ptr + jj, tl.full([BLOCK_K], -1, tl.int64), mask=(jj >= kk) & (jj < k))
