@@ -1,8 +1,9 @@
 """Tie-broken top-k: the indexer's selection op (rule: higher score first, then lower index).
 
 `topk_tiebroken(scores, k, valid_mask=..., num_valid=..., backend="reference")` is the public
-entry; `reference.py` is the spec. A Triton backend will be added under the same contract
-and must return identical indices.
+entry; `reference.py` is the spec. The Triton launchers in `triton.py` (the radix-select kernel,
+and the legacy one-program kernel for rows over 16384 candidates or with MXSERVE_TOPK_LEGACY=1)
+keep the same contract and return identical indices; the attention chooser installs them.
 """
 
 from __future__ import annotations
