@@ -53,8 +53,11 @@ def main() -> None:
     warps = [int(w) for w in sys.argv[sys.argv.index("--warps") + 1:] if w.isdigit()] if "--warps" in sys.argv else []
     reports = []
     for c, k in ((1024, 512), (16384, 512), (16384, 64)):
-        for p in (1, 16):
-            lp = launcher.select_launch_params(1, c, k, torch.device("cpu"), programs_per_row=p)
+        for p in (1, 16, 64):  # sort; rank at 8 rows; rank at 1 row (P from select_launch_params on 132 SMs)
+            try:
+                lp = launcher.select_launch_params(1, c, k, torch.device("cpu"), programs_per_row=p)
+            except ValueError:  # slices under 16 members (k = 64: S holds 512): never launched
+                continue
             consts = {name: lp[name] for name in ("BLOCK_C", "BLOCK_K", "CAP", "P", "RANK", "BJ")}
             consts |= {"HAS_MASK": False, "HAS_NUM": True}
             for nw in warps or [lp["num_warps"]]:
