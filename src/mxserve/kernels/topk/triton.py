@@ -26,7 +26,7 @@ from mxserve.kernels.topk.reference import candidate_mask
 
 MAX_CANDIDATES = 65536
 MAX_K = 4096
-SELECT_MAX_CANDIDATES = 16384  # the select kernel's row in registers: 16 per thread at 32 warps
+SELECT_MAX_CANDIDATES = 16384  # the select kernel holds the row in registers: 32 per thread at 16 warps
 LEGACY_ENV = "MXSERVE_TOPK_LEGACY"
 
 
@@ -115,7 +115,7 @@ def select_launch_params(rows: int, c: int, k: int, device: torch.device,
         raise ValueError(f"programs_per_row must be a power of 2 with >= 16 candidates each, got {p} for {cap=}")
     return {
         "BLOCK_C": block_c, "BLOCK_K": block_k, "CAP": cap, "P": p, "RANK": p > 1,
-        "BJ": 32 * nw,  # rank tile [BI, BJ]: one member j per thread, the BI slice in registers
+        "BJ": 32 * nw,  # rank tile: one member j per thread (see _rank_and_store)
         "num_warps": nw,
     }
 
