@@ -94,7 +94,12 @@ def test_edge_cases():
     scores = scores_of("ties", 4, 45, seed=1)
     num_valid = torch.tensor([0, 45, 99, 17], device=DEVICE)
     for k in (5, 45, 60):
-        assert_identical(sel(scores, k, num_valid=num_valid), topk_tiebroken_ref(scores, k, num_valid=num_valid), f"{k=}")
+        want = topk_tiebroken_ref(scores, k, num_valid=num_valid)
+        assert_identical(sel(scores, k, num_valid=num_valid), want, f"{k=}")  # int64 num_valid, read as is
+        assert_identical(sel(scores, k, num_valid=num_valid.int()), want, f"{k=} int32")
+        mask_t = (scores.T > -1).contiguous().T  # a bool mask with a non-unit last stride
+        assert_identical(sel(scores, k, valid_mask=mask_t, num_valid=num_valid),
+                         topk_tiebroken_ref(scores, k, valid_mask=mask_t, num_valid=num_valid), f"{k=} strided mask")
     # all equal and every row invalid: lowest indices first / all padding
     assert sel(torch.zeros(2, 700, device=DEVICE), 4).tolist() == [[0, 1, 2, 3]] * 2
     none = torch.zeros(2, 700, dtype=torch.int64, device=DEVICE)

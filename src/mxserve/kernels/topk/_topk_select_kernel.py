@@ -57,9 +57,8 @@ def _order_keys(scores_ptr, mask_ptr, num_valid_ptr, row, C, stride_s, stride_m,
     s = tl.load(scores_ptr + row * stride_s + cols, mask=valid, other=0.0).to(tl.float32)
     n_valid = C
     if HAS_NUM:
-        nv = tl.load(num_valid_ptr + row)
-        valid = valid & (cols < nv)
-        n_valid = tl.maximum(tl.minimum(nv, C), 0)
+        n_valid = tl.maximum(tl.minimum(tl.load(num_valid_ptr + row), C), 0).to(tl.int32)  # int32 or int64
+        valid = valid & (cols < n_valid)
     if HAS_MASK:
         valid = valid & (tl.load(mask_ptr + row * stride_m + cols, mask=valid, other=0) != 0)
         n_valid = tl.sum(valid.to(tl.int32), axis=0)

@@ -57,9 +57,15 @@ def _checked(scores, k, valid_mask, num_valid, max_candidates):
         num_valid = torch.as_tensor(num_valid, device=scores.device)
         if tuple(num_valid.shape) != (n,) or num_valid.dtype.is_floating_point:
             raise ValueError(f"num_valid must be an integer tensor [{n}], got {num_valid.dtype} {tuple(num_valid.shape)}")
+    # views where possible: a conversion would be one more kernel per call in a captured step
     scores = scores if scores.stride(-1) == 1 else scores.contiguous()
-    mask = valid_mask.to(torch.int8).contiguous() if valid_mask is not None else scores
-    nv = num_valid.to(torch.int32).contiguous() if num_valid is not None else scores
+    mask = scores
+    if valid_mask is not None:
+        mask = (valid_mask if valid_mask.stride(-1) == 1 else valid_mask.contiguous()).view(torch.int8)
+    nv = scores
+    if num_valid is not None:
+        nv = num_valid if num_valid.dtype in (torch.int32, torch.int64) else num_valid.to(torch.int32)
+        nv = nv.contiguous()
     return scores, mask, nv
 
 
