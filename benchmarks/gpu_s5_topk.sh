@@ -5,7 +5,7 @@
 #   OUT=<dir> bash benchmarks/gpu_s5_topk.sh        (run from the repo root; no install needed)
 # Raw JSON under $OUT/topk/, logs next to them; the last lines printed are the summary table.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src TRITON_CACHE_DIR=/tmp/topk_triton_cache
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/topk_triton_cache}  # the caller's cache if set
 OUT=${OUT:-/tmp/gpu_out}; R=$OUT/topk; mkdir -p "$R" "$TRITON_CACHE_DIR"
 END=$((SECONDS + 112))  # leaves ~8 s for the table (imports torch) and the copy-back
 left() { local t=$((END - SECONDS - $1)); [ "$t" -gt "$2" ] && t=$2; [ "$t" -lt 1 ] && t=1; echo "$t"; }
