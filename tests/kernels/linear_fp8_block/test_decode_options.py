@@ -1,7 +1,7 @@
 """linear_fp8_block: the decode options (`DecodeOptions`, issue 9 session 5) leave every bit as it is.
 
-The reference for "as it is" is the launch before these options existed: `DecodeOptions(even=False)`
-with the other fields at their defaults compiles the same kernel code as before. Under the
+The reference for "as it is" is the launch before these options existed:
+`DecodeOptions(even=False, shape_rule=False)` compiles the same kernel code as before. Under the
 interpreter the dot is an fp32 product-sum, so these tests check what the options change there:
 the mask-free loads (EVEN) read the same values, the in-program one-group code adds the same
 partials, the prepared activations feed the same operands. What only a GPU shows (the MMA's bits
@@ -21,13 +21,36 @@ from tests.kernels.linear_fp8_block.test_linear_fp8_block import CPU, DEVICE, fi
 from mxserve.kernels.linear_fp8_block import triton as launcher
 from mxserve.kernels.linear_fp8_block.triton import DecodeOptions, kb_per_group, linear_fp8_block_triton
 
-BEFORE = DecodeOptions(even=False)  # the launch as it was before the options
+BEFORE = DecodeOptions(even=False, shape_rule=False)  # the launch as it was before the options
 VARIANTS = {
     "default": DecodeOptions(),
     "in_program": DecodeOptions(one_group="in_program"),
     "prep_x": DecodeOptions(prep_x=True),
     "all": DecodeOptions(prep_x=True, one_group="in_program", pdl=True),  # pdl: ignored by the interpreter
 }
+
+
+def test_shape_rule_plans_by_layer_size() -> None:
+    """The measured rule (session 5): >= 32 Mi weights prepared activations on 64-feature tiles,
+    smaller layers a dependent launch on 128 x 8-warp tiles; a value given wins; no rule for grouped
+    launches or with the rule off."""
+    rule = DecodeOptions()
+    assert rule.weight_only_plan(4096, 8192, groups=1) == (False, True, launcher.LARGE_DECODE_CONFIG)
+    assert rule.weight_only_plan(4096, 4096, groups=1) == (True, False, launcher.SMALL_DECODE_CONFIG)
+    assert rule.weight_only_plan(1024, 4096, groups=8) == (False, False, None)
+    assert DecodeOptions(shape_rule=False).weight_only_plan(4096, 8192, groups=1) == (False, False, None)
+    assert DecodeOptions(pdl=True, prep_x=False, wo_config=(64, 4, 6)).weight_only_plan(4096, 8192, groups=1) == (
+        True, False, (64, 4, 6))
+
+
+def test_large_layer_rule_gives_the_bits_of_the_launch_before(monkeypatch) -> None:
+    """The large-layer plan (prepared activations) on interpreter-sized shapes: the bits of BEFORE."""
+    monkeypatch.setattr(launcher, "LARGE_DECODE_WEIGHTS", 0)
+    w = weight(256, 512, seed=3)
+    x = torch.randn(7, 512, generator=torch.Generator().manual_seed(4)).to(DEVICE).bfloat16()
+    for m in (1, 7):
+        got, before = _run(DecodeOptions(), x[:m], w), _run(BEFORE, x[:m], w)
+        assert torch.equal(got, before), f"{m=}: {first_mismatch(got, before)}"
 
 
 def _run(options: DecodeOptions, x: torch.Tensor, w, **kw) -> torch.Tensor:

@@ -167,3 +167,19 @@ def test_quads_ptx_is_the_pairs_arithmetic():
                  "and.b32 $3, n, 0x81C081C0;"):
         assert line in _E2M1_QUADS_PTX.value
     assert "prmt.b32 t, t, 0, 0x4140;" in _E2M1_PAIRS_PTX.value and "mul.lo.u32 n, n, 0x1040;" in _E2M1_QUADS_PTX.value
+
+
+def test_default_variant_streams_small_calls_only(monkeypatch):
+    """"bf16" takes the stream decode up to STREAM_DEFAULT_MAX_PAIRS pairs (measured faster there on
+    the H200), the split decode above; the bits are the same either way."""
+    import mxserve.kernels.moe.experts as experts_mod
+
+    calls = []
+    real = experts_mod.stream_decode
+    monkeypatch.setattr(experts_mod, "stream_decode", lambda *a, **k: calls.append(a[1].numel()) or real(*a, **k))
+    small = _routing(2, seed=3)  # 2 tokens x 3 slots = 6 pairs
+    _assert_equal(_run(*small, "faithful", "bf16-fused"), _run(*small, "faithful", "bf16"))
+    assert calls == [6]
+    monkeypatch.setattr(experts_mod, "STREAM_DEFAULT_MAX_PAIRS", 5)
+    _assert_equal(_run(*small, "faithful", "bf16-fused"), _run(*small, "faithful", "bf16"))
+    assert calls == [6], "6 pairs > 5: the split decode, not the stream"

@@ -42,11 +42,11 @@ Paths (the kernel files say why the arithmetic is ordered the way it is):
   as it is, so they can change per process without touching batch invariance: mask-free tile
   loads where the shapes have no partial tile or block (`even`, on by default: 299 → 277 K-loop
   instructions per 2 KB of weights per warp, Triton 3.6 for sm_90); programmatic dependent launch
-  with an L2 prefetch of the first weight blocks before the wait on the previous kernel (`pdl`,
-  off until measured: it hides the per-call ramp of the 32 MB layers); the activation preparation
-  as its own launch (`prep_x`, off: the prepared-x experiment below, 32 instead of 40 conversions
-  per 2 KB); the pre-issue-9 in-program code for one-group layers (`one_group="in_program"`) and a
-  fixed weight-only config (`wo_config`) for same-run comparisons.
+  with an L2 prefetch of the first weight blocks before the wait on the previous kernel (`pdl`);
+  the activation preparation as its own launch (`prep_x`: 32 instead of 40 conversions per 2 KB);
+  a fixed weight-only config (`wo_config`). The last three follow a rule by layer size measured on
+  the H200 (`LARGE_DECODE_WEIGHTS`) unless set; `one_group="in_program"` is the pre-issue-9 code
+  for one-group layers, for same-run comparisons.
 - On a GPU the decode and prefill launch parameters are autotuned over small config lists keyed
   on (N, K, mode) (and an M bucket for prefill) — never on the exact M. Configs only change tile
   sizes, warps and stages, not KB_PER_GROUP, so they do not change a row's bits (tested on the GPU).
@@ -117,22 +117,48 @@ _FORCED: dict[str, tuple | None] = {"decode": None, "prefill": None, "gemv": Non
                                     "prefill_fast": None}
 
 
+# The weight-only decode plan by layer size, measured on the H200 (session 5 call 1,
+# benchmarks/gpu_s5_linear.sh; every variant bit-identical to the autotuned launch at 7 Flash shapes
+# x M 1/8/16): layers of >= 32 Mi weights (wq_b, wo_b, the head) stream fastest with the activations
+# prepared in their own launch on 64-feature tiles (head 189.5 -> 143.7 us at M = 1, wo_b 18.6 ->
+# 15.4, wq_b 15.8 -> 14.0); smaller layers with a programmatic dependent launch on 128-feature tiles
+# of 8 warps (wq_a||wkv 8.8 -> 7.0, shared w13 11.3 -> 10.3, shared w2 7.9 -> 6.9, indexer wq_b
+# 7.9 -> 6.8). W8A8 decode keeps its autotuned launch (not part of that comparison).
+LARGE_DECODE_WEIGHTS = 1 << 25
+LARGE_DECODE_CONFIG = (64, 4, 4)  # (BLOCK_N, warps, stages)
+SMALL_DECODE_CONFIG = (128, 8, 4)
+
+
 @dataclass(frozen=True)
 class DecodeOptions:
     """How `launch_linear_fp8_block` runs; every field leaves a row's bits unchanged (GPU-checked by
-    benchmarks/gpu_s5_linear.sh, interpreter-checked by tests/kernels/linear_fp8_block/test_decode_options.py)."""
+    benchmarks/gpu_s5_linear.sh, interpreter-checked by tests/kernels/linear_fp8_block/test_decode_options.py).
+    `pdl`, `prep_x`, `wo_config` left at None follow the shape rule above when `shape_rule` is on
+    (the default) and are off / autotuned when it is off; a value given is used as given."""
 
     even: bool = True  # mask-free loads when N % 128 == 0, K % 128 == 0 and the groups tile K (every launch)
-    pdl: bool = False  # decode: programmatic dependent launch + L2 prefetch of the first weight blocks
-    prep_x: bool = False  # decode, weight-only bf16/fp16 x: `prepare_activation_fp16` launch + X_MODE 3
+    pdl: bool | None = None  # decode: programmatic dependent launch + L2 prefetch of the first weight blocks
+    prep_x: bool | None = None  # decode, weight-only bf16/fp16 x: `prepare_activation_fp16` launch + X_MODE 3
     one_group: str = "split"  # decode of a one-group layer: "split" (issue 9 call 3) or "in_program" (before)
-    wo_config: tuple[int, int, int] | None = None  # decode weight-only (BLOCK_N, warps, stages); None: autotune
+    wo_config: tuple[int, int, int] | None = None  # decode weight-only (BLOCK_N, warps, stages)
+    shape_rule: bool = True  # unset fields by the measured rule (LARGE_DECODE_WEIGHTS)
 
     def __post_init__(self) -> None:
         if self.one_group not in ("split", "in_program"):
             raise ValueError(f"DecodeOptions: {self.one_group=} must be 'split' or 'in_program'")
         if self.wo_config is not None and (len(self.wo_config) != 3 or 128 % self.wo_config[0]):
             raise ValueError(f"DecodeOptions: {self.wo_config=} must be (BLOCK_N dividing 128, warps, stages)")
+
+    def weight_only_plan(self, n: int, k: int, groups: int) -> tuple[bool, bool, tuple[int, int, int] | None]:
+        """(pdl, prep_x, config or None = autotune) of a weight-only decode launch of an [n, k]
+        weight (grouped launches take no rule: wo_a was not part of the measurement)."""
+        if self.shape_rule and groups == 1:
+            large = n * k >= LARGE_DECODE_WEIGHTS
+            rule = (False, True, LARGE_DECODE_CONFIG) if large else (True, False, SMALL_DECODE_CONFIG)
+        else:
+            rule = (False, False, None)
+        return (rule[0] if self.pdl is None else self.pdl, rule[1] if self.prep_x is None else self.prep_x,
+                rule[2] if self.wo_config is None else self.wo_config)
 
 
 _decode_options = {"value": DecodeOptions()}
@@ -268,7 +294,8 @@ def _uses_prepared_x(x2: torch.Tensor, weight: QuantizedWeight, tile: str, weigh
     """`DecodeOptions.prep_x`: a decode launch of bf16/fp16 x on the e4m3fn fast path."""
     m = x2.shape[0]
     is_decode = tile == "decode" or (tile == "auto" and m <= DECODE_MAX_M)
-    return (_decode_options["value"].prep_x and is_decode and m > 0 and x2.dtype in (torch.bfloat16, torch.float16)
+    _, prep_x, _ = _decode_options["value"].weight_only_plan(*weight.shape, groups=1)
+    return (prep_x and is_decode and m > 0 and x2.dtype in (torch.bfloat16, torch.float16)
             and weight.fmt == E4M3FN and weight_decode == "auto")
 
 
@@ -420,13 +447,16 @@ def launch_linear_fp8_block(
                 **consts)
     if counters is not None:
         meta.update(sum_ptr=out, cnt_ptr=counters, SPLIT_ROTATE=_SPLIT_ROTATE["value"])
-    if is_decode and opts.pdl and not interpreting():
+    weight_only = x_mode in (0, 3) and not use_lut
+    rule_pdl, _, rule_config = opts.weight_only_plan(n, k, groups)
+    pdl = opts.pdl if opts.pdl is not None else (rule_pdl and weight_only)
+    if is_decode and pdl and not interpreting():
         meta.update(PDL=True, launch_pdl=True)  # the kernel docstring ("Early start") says why it is safe
     z = groups * num_splits
     if is_decode:
         cfg = _INTERP["decode"] if interpreting() else _FORCED["decode"]
-        if cfg is None and opts.wo_config is not None and x_mode in (0, 3) and not use_lut:
-            cfg = opts.wo_config
+        if cfg is None and rule_config is not None and weight_only:
+            cfg = rule_config
         if cfg is None:
             _decode_tuned()[lambda mt: (triton.cdiv(n, mt["BLOCK_N"]), triton.cdiv(m, 16), z)](*args, BLOCK_M=16, **meta)
         else:

@@ -19,7 +19,8 @@ Variants ("how the multiply runs"; all compute the same math, tolerances in test
           against 17.6 (docs/benchmarks.md, MoE).
   "bf16-stream"  "bf16-split"'s bits, decode up to 512 pairs in 3 launches that keep several
           128-K blocks of codes, scales and activations in flight (`stream.py`,
-          `_experts_stream_kernel.py`); larger calls as "bf16-split". Opt-in until measured.
+          `_experts_stream_kernel.py`); larger calls as "bf16-split". "bf16" takes it by itself up to
+          STREAM_DEFAULT_MAX_PAIRS pairs, where it measured faster than the split decode.
   "bf16-fused"  "bf16" with the split decode off (the fused gate/up+SwiGLU kernel at every size):
           the off switch, and the baseline the benchmark times the split decode against.
 Tile shapes depend on the number of pairs (decode: 16-row blocks; prefill: 64), never on the
@@ -60,6 +61,10 @@ TILES = {  # (BLOCK_M, num_warps, num_stages); BLOCK_N is 128 (one FP8 activatio
 BLOCK_N = 128
 SPLIT_BLOCK_N = 64  # one wgmma warpgroup tile: the per-element MMA sequence of the 128 tile's halves
 SPLIT_MAX_PAIRS_PER_EXPERT = 16  # "bf16-split" runs its decode kernels up to this many pairs per expert
+# "bf16" takes the stream decode (the split decode's bits) up to this many pairs: on the H200 (session 5
+# call 1, Flash MoE, real routing) it ran 1 token in 61.4 us against the split decode's 75.3 and 4
+# tokens in 211 against 224, but 16 tokens in 712 against 666 and 64 in 1712 against 1643.
+STREAM_DEFAULT_MAX_PAIRS = 32
 
 
 def packed_or_none(w: object) -> QuantizedWeight | None:
@@ -219,7 +224,8 @@ def moe_experts_triton(
     if variant in ("bf16-split", "bf16-stream") and not st.takes_split_decode:
         raise ValueError(f"moe_experts: variant {variant!r} needs scale bytes <= {MAX_SPLIT_SCALE_BYTE}, these reach "
                          f"{st.max_scale_byte()} > {MAX_SPLIT_SCALE_BYTE} (its bf16 factor would overflow)")
-    if variant == "bf16-stream" and tile != "prefill" and stream_applies(num_pairs):
+    stream = variant == "bf16-stream" or (variant == "bf16" and split and num_pairs <= STREAM_DEFAULT_MAX_PAIRS)
+    if stream and tile != "prefill" and stream_applies(num_pairs):
         return stream_decode(x, expert_ids, weights, st, limit=limit, quantize_inputs=quantize_inputs,
                              hidden_dtype=hidden_dtype)
     out = torch.empty((num_tokens, st.dim), dtype=torch.float32, device=x.device)  # the combine writes all of it
