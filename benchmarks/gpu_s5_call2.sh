@@ -33,5 +33,9 @@ timeout -s INT 60 python3 benchmarks/model_parity.py --prompts 8 --num-new 256 -
     --out "$R/parity_exact.json" > "$R/parity_exact.log" 2>&1
 echo "exact: $(grep -o '"all_equal".*"every_divergence_a_near_tie": [a-z]*' "$R/parity_exact.log")"
 
+stamp "F: sparse attention launch parameters (benchmarks/attention_sweep.py)"
+timeout -s INT 100 python3 benchmarks/attention_sweep.py --deadline 75 --out "$R/attn_sweep.json" > "$R/attn_sweep.log" 2>&1
+echo "exit $?"; grep -E "^b[0-9]" "$R/attn_sweep.log"
+
 stamp "done"
 gpu_s5_pack
