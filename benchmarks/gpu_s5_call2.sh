@@ -9,13 +9,13 @@ source benchmarks/gpu_s5_env.sh
 ALL=${KERNELS:-linear=triton,moe=triton,attention=triton,hc=triton}
 
 stamp "A: GPU gates (attention ops, decode graphs, kernels changed this session)"
-timeout -s INT 150 python3 -m pytest -q -p no:cacheprovider -n 6 tests/kernels/attention_ops tests/kernels/sparse_attention \
+timeout -s INT 130 python3 -m pytest -q -p no:cacheprovider -n 6 tests/kernels/attention_ops tests/kernels/sparse_attention \
     tests/kernels/topk tests/engine/test_cuda_graphs.py tests/model/test_decode_path.py \
     tests/kernels/linear_fp8_block/test_decode_options.py tests/kernels/moe/test_gpu.py > "$R/gates.log" 2>&1
 grep -E "^(FAILED|ERROR)|passed|failed" "$R/gates.log" | tail -n 12
 
 stamp "B: decode-step kernel profile (Flash b1, default model)"
-timeout -s INT 110 python3 benchmarks/profile_decode.py --what flash default --kernels $ALL --top 14 \
+timeout -s INT 100 python3 benchmarks/profile_decode.py --what flash default --kernels $ALL --top 14 \
     --out "$R/profile.json" > "$R/profile.log" 2>&1
 grep -E "^\[|all kernels|launches|replay|tok/s" "$R/profile.log" | cut -c1-160 | head -n 40
 
@@ -34,7 +34,7 @@ timeout -s INT 60 python3 benchmarks/model_parity.py --prompts 8 --num-new 256 -
 echo "exact: $(grep -o '"all_equal".*"every_divergence_a_near_tie": [a-z]*' "$R/parity_exact.log")"
 
 stamp "F: sparse attention launch parameters (benchmarks/attention_sweep.py)"
-timeout -s INT 100 python3 benchmarks/attention_sweep.py --deadline 75 --out "$R/attn_sweep.json" > "$R/attn_sweep.log" 2>&1
+timeout -s INT 80 python3 benchmarks/attention_sweep.py --deadline 55 --out "$R/attn_sweep.json" > "$R/attn_sweep.log" 2>&1
 echo "exit $?"; grep -E "^b[0-9]" "$R/attn_sweep.log"
 
 stamp "done"
