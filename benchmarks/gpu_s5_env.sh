@@ -2,7 +2,7 @@
 # returned by gpu_s5_pack), transformers >= 5.24 from .whl when the image's is older, raw rows in
 # $R, and `stamp` for section headers. Carry [".tc", ".whl"] with the call.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.triton_cache PYTHONPATH=$PWD/src
+export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.triton_cache TRITON_STORE_BINARY_ONLY=1 PYTHONPATH=$PWD/src
 OUT=${OUT:-/tmp/gpu_out}; R=$OUT/results; mkdir -p "$R" "$TRITON_CACHE_DIR"
 cat .tc/triton_cache.tgz.* 2>/dev/null | tar -xzf - 2>/dev/null && echo "Triton cache restored: $(ls "$TRITON_CACHE_DIR" | wc -l) entries"
 if ! python3 -c "from transformers import DeepseekV4ForCausalLM" 2>/dev/null; then
