@@ -23,6 +23,7 @@ from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "0"
 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="sm90_compile_")  # a cold compile every run
+os.environ["TRITON_STORE_BINARY_ONLY"] = "0"  # the report reads the PTX (a GPU call script may store binaries only)
 
 import triton
 from triton.backends.compiler import GPUTarget

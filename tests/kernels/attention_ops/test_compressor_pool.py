@@ -1,5 +1,6 @@
 """Issue 11: the chunked compressor pooling (Triton, interpreted on the CPU) vs `compress_pool_ref`,
-bit for bit, on adversarial rows; and the whole emit at HCA's R = 128 vs its twin.
+bit for bit, on adversarial rows (on a GPU within 1 ulp: see the test); and the whole emit at HCA's
+R = 128 vs its twin.
 
 The kernel streams a token's R rows in chunks (max, then the softmax denominator, then the
 weighted sum, all fp64) where the twin softmaxes the whole [R, d] block at once: the weights and
@@ -136,7 +137,15 @@ def test_pool_equals_twin_bitwise(shape, kind, round_to_bf16, monkeypatch):
     emit = (entry_slots >= 0).cpu()
     got = pooled.cpu()[emit]
     assert torch.isfinite(want[emit]).all()
-    assert torch.equal(got.view(torch.int32), want[emit].view(torch.int32)), _first_mismatch(got, want[emit])
+    if DEVICE == "cuda":
+        # On a GPU the kernel's fp64 sums run in its tree order, the twin's in torch's: a value whose
+        # fp64 sum lies within those ulps of an fp32 rounding boundary rounds the other way (the
+        # module docstring). Seen on the H200 (session 5): 1 value of this suite, 1 ulp, on the
+        # "ties" rows; under the interpreter (CI) every value is bit-identical.
+        ulps = (got.view(torch.int32).long() - want[emit].view(torch.int32).long()).abs()
+        assert int(ulps.max()) <= 1, _first_mismatch(got, want[emit])
+    else:
+        assert torch.equal(got.view(torch.int32), want[emit].view(torch.int32)), _first_mismatch(got, want[emit])
     if kind == "midpoints" and not round_to_bf16:
         # the ties really were ties, and went to even both ways
         mean64 = values.double().mean(dim=1)[emit]
