@@ -58,3 +58,27 @@ def test_gpu_parity_and_invariance() -> None:
         assert rel_err(full, linear_bf16(xin, w, backend="reference")) <= tol
         for m in (1, 7, 64):
             assert torch.equal(linear_bf16(xin[:m], w, backend="triton"), full[:m]), f"M={m} {xin.dtype}"
+
+
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float32])
+def test_fused_split_sum_equals_two_launch_bitwise(x_dtype: torch.dtype) -> None:
+    """Decode: the tile's last-arriving program sums the split partials (one launch); the bits equal
+    the two-launch sum, also when split 0 rather than the last split arrives last, and the arrival
+    counters are back at 0 after every call (72 features, 700 channels: 6 splits)."""
+    from mxserve.kernels.linear_fp8_block import triton as fp8_launcher
+
+    w = torch.randn(72, 700, generator=torch.Generator().manual_seed(1)).bfloat16().to(DEVICE)
+    x = torch.randn(5, 700, generator=torch.Generator().manual_seed(2)).to(x_dtype).to(DEVICE)
+    fp8_launcher.set_split_sum("two_launch")
+    try:
+        twin = linear_bf16(x, w, backend="triton")
+    finally:
+        fp8_launcher.set_split_sum("auto")
+    for rotate in (0, 1):
+        fp8_launcher._SPLIT_ROTATE["value"] = rotate
+        try:
+            fused = linear_bf16(x, w, backend="triton")
+        finally:
+            fp8_launcher._SPLIT_ROTATE["value"] = 0
+        assert torch.equal(fused, twin), f"rotate={rotate}: max |Δ| {float((fused - twin).abs().max()):.3e}"
+        assert bool((fp8_launcher.split_counters(torch.device(DEVICE), 0) == 0).all())
