@@ -44,6 +44,9 @@ def test_layers_bench_times_graph_replay_or_says_why(tmp_path, kernels, monkeypa
     b1 = next(r for r in decodes if r["scenario"]["num_seqs"] == 1)
     assert projection["is_graph"] == (b1["graph_median_s"] is not None)
     assert projection["timing"].startswith("CUDA-graph replay" if projection["is_graph"] else "eager (no graph: ")
+    if b1["graph_median_s"] is not None:  # one more layer of each built kind was replayed too
+        assert set(b1["graph_marginal_s"]) == {layer["kind"] for layer in b1["layers"]}, b1["graph_marginal_status"]
+        assert projection["is_marginal"] and all(v > 0 for v in b1["graph_marginal_s"].values())
     printed = "\n".join(lines)
     assert "graph ms" in printed and b1["graph_status"] in printed
     print(printed)  # the evidence, for -s runs

@@ -197,3 +197,23 @@ def test_engine_decode_path_on_bench_caches_is_the_eager_step():
     graphs = DecodeGraphs(model, state, DecodeGeometry.for_positions(config, 16, 200), device, capture=False)
     staged = graphs.run(tokens, list(range(num_seqs)), [context] * num_seqs, 4)  # padded to bucket 4
     assert staged.shape == eager.shape and torch.equal(staged, eager)
+
+
+def test_projection_adds_marginal_layers_to_the_replayed_step():
+    """With the marginal replayed cost of one more layer of each built kind, the projection is the
+    replayed step (built layers + head + once-per-step work) plus that cost for every further layer;
+    the layer ratio is the marginal against the layer's floor."""
+    full = get_config("tiny-all")  # 2 sliding, 2 csa, 2 hca; one csa built
+    opts = LayersBenchOptions(config="tiny-all", num_layers=1, device="cpu", prefill_tokens=0, decode_batches=(1,),
+                              contexts=(64,), reps=1, warmup=0, numerics="faithful", bandwidth_tb_s=1.0,
+                              peak_tflops=1.0, seed=0)
+    row = _row(0.010, 0.004) | {"graph_marginal_s": {"csa": 0.0015}}
+    (p,) = project([row], full, opts)
+    assert p["is_marginal"] and p["timing"].startswith("CUDA-graph replay (4.00 ms for the built layers) + the marginal")
+    assert p["step_s"] == pytest.approx(0.004 + 5 * 0.0015)  # the built csa is in the step; 5 more layers
+    assert p["layer_ratio_max"] == pytest.approx(0.0015 / 0.001)  # floor 0.1 * eager
+    assert p["ops_s"]["head and once-per-step work"] == pytest.approx(0.004 - 0.0015)
+    assert sum(p["ops_s"].values()) == pytest.approx(p["step_s"])
+    # a marginal missing for a built kind: the eager-split graph projection, said so
+    (q,) = project([_row(0.010, 0.004) | {"graph_marginal_s": {}}], full, opts)
+    assert not q["is_marginal"] and q["timing"].startswith("CUDA-graph replay (4.00 ms vs eager")

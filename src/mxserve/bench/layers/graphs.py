@@ -56,3 +56,34 @@ def time_graph_decode(model: Any, state: ModelCacheState, token_ids: Sequence[in
     out.update(graph_s=times, graph_median_s=median(times), graph_bucket=decision.bucket,
                graph_status=f"replayed (bucket {decision.bucket}, {graphs.num_replays} replays)")
     return out
+
+
+def time_graph_marginals(model: Any, state: ModelCacheState, token_ids: Sequence[int], positions: Sequence[int],
+                         kinds: Sequence[str], base_s: float, *, device: torch.device, max_model_len: int,
+                         warmup: int, reps: int) -> dict[str, Any]:
+    """{"graph_marginal_s": {kind: seconds}, "graph_marginal_status": words}: what one more layer of
+    each built kind adds to the replayed step.
+
+    The step is replayed once more with the first built layer of the kind appended to the layer
+    list (the same weights and caches: the same work; the values it writes into that layer's caches
+    differ, and nothing in the bench reads them as data afterwards), and `base_s` (the step as
+    built) is subtracted. Work done once per step (embedding, head, the step's slot maps that the
+    first layer of a kind computes, the host's batch building) cancels out, so a marginal is the
+    per-layer cost a deeper model pays, which the eager profile's layer split (host-bound: it
+    weighs layers by their launches, not their device time) cannot give."""
+    layers = list(model.layers)
+    out: dict[str, Any] = {"graph_marginal_s": {}, "graph_marginal_status": "measured"}
+    try:
+        for kind in dict.fromkeys(kinds):  # each built kind once, in build order
+            model.layers = [*layers, layers[list(kinds).index(kind)]]
+            row = time_graph_decode(model, state, token_ids, positions, device=device, max_model_len=max_model_len,
+                                    warmup=warmup, reps=reps)
+            if row["graph_median_s"] is None:
+                out["graph_marginal_status"] = f"{kind}: {row['graph_status']}"
+                break
+            out["graph_marginal_s"][kind] = row["graph_median_s"] - base_s
+    finally:
+        model.layers = layers
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the extra graphs' pools
+    return out

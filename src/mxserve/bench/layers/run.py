@@ -11,10 +11,12 @@ Each layer's time is set against its bandwidth floor (bytes it must read / `band
 for prefill, its compute floor (FLOPs / `peak_tflops`).
 
 The projection (clearly a projection, not a measurement): a full-model single-stream decode
-step = Σ over the full config's main layers of the measured batch-1 time of a layer of its
-kind + the measured head; tok/s = 1 / that. The step is the graph replay's when there is one
-(split across layers in the eager profile's proportions), else the eager step's; the projection
-says which. A kind that was not built (K smaller than the number of kinds) borrows a measured
+step = the replayed batch-1 step of the built layers + head, plus for each further layer of the
+full config the marginal replayed cost of one more layer of its kind (the step replayed with that
+kind's first layer appended once more, minus the step: `graphs.time_graph_marginals`); tok/s =
+1 / that. Without marginals it falls back to the replayed step split across layers in the eager
+profile's proportions (which over-weights launch-heavy layers: the eager step is host-bound), or
+the eager step; the projection says which. A kind that was not built (K smaller than the number of kinds) borrows a measured
 kind's time, labelled as such. Failures of one scenario (e.g. out of memory) are recorded and the
 others still run.
 """
@@ -44,7 +46,7 @@ from mxserve.bench.layers.build import (
     weight_bytes,
 )
 from mxserve.bench.layers.cache import build_cache_state
-from mxserve.bench.layers.graphs import time_graph_decode
+from mxserve.bench.layers.graphs import time_graph_decode, time_graph_marginals
 from mxserve.bench.layers.kernels import EngineKernels, build_bench_model, kernel_labels
 from mxserve.bench.layers.roofline import cache_read_bytes, layer_weight_bytes, routed_bytes, step_flops
 from mxserve.bench.layers.timing import OpProfiler, median, synchronize, time_steps, weight_owners
@@ -199,9 +201,12 @@ def _run_scenario(scenario: Scenario, opts: LayersBenchOptions, model: DeepseekV
     total_s = median(times)
     graph: dict[str, Any] = {"graph_s": None, "graph_median_s": None, "graph_status": "prefill: the engine runs it eager"}
     if scenario.phase == "decode":
-        graph = time_graph_decode(model, state, [row[0] for row in tokens], [scenario.context_len] * scenario.num_seqs,
-                                  device=device, max_model_len=opts.resolved_max_model_len, warmup=opts.warmup,
-                                  reps=reps)
+        graph_args = dict(device=device, max_model_len=opts.resolved_max_model_len, warmup=opts.warmup, reps=reps)
+        token_ids, positions = [row[0] for row in tokens], [scenario.context_len] * scenario.num_seqs
+        graph = time_graph_decode(model, state, token_ids, positions, **graph_args)
+        if graph["graph_median_s"] is not None and scenario.num_seqs == 1:  # the projection's scenarios
+            graph.update(time_graph_marginals(model, state, token_ids, positions, [k.value for k in kinds],
+                                              graph["graph_median_s"], **graph_args))
 
     plain_kernels = model.kernels
     model.set_kernels(profiler.kernels(plain_kernels))
@@ -257,60 +262,81 @@ def _floors(owner: str, kind: str, time_s: float, ops: dict[str, float], nbytes:
 def project(rows: list[dict[str, Any]], full: ModelConfig, opts: LayersBenchOptions) -> list[dict[str, Any]]:
     """Full-model single-stream decode per measured context (batch-1 decode scenarios only).
 
-    Timing: the graph replay's step when the engine would replay one (the eager profile's layer
-    and op split scaled by graph / eager step), else the eager step; `timing` says which."""
-    out = []
-    for row in rows:
-        scen = row["scenario"]
-        if "error" in row or scen["phase"] != "decode" or scen["num_seqs"] != 1:
-            continue
-        if row.get("graph_median_s") is not None:
-            scale = row["graph_median_s"] / row["eager_s"]
-            timing = (f"CUDA-graph replay ({row['graph_median_s'] * 1e3:.2f} ms vs eager {row['eager_s'] * 1e3:.2f} ms "
-                      "for the built layers; layer and op split from the eager profile, scaled)")
-        else:
-            scale = 1.0
-            timing = f"eager (no graph: {row.get('graph_status', 'not attempted')})"
-        by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for layer in row["layers"]:
-            by_kind[layer["kind"]].append(layer)
-        measured = {kind: layers[0] for kind, layers in by_kind.items()}
-        total_s, floor_s, ops_s, notes = (row["head"]["time_s"] + row["preamble_s"]) * scale, \
-            row["head"]["bandwidth_floor_s"], defaultdict(float), []
+    Timing, best first: (1) the replayed step plus, for every layer the full model has beyond the
+    built ones, the marginal graph cost of one more layer of its kind (`time_graph_marginals`);
+    (2) the replayed step split across layers in the eager profile's proportions; (3) the eager
+    step. `timing` says which. Op shares inside a layer always come from the eager profile."""
+    return [_project_row(row, full) for row in rows if "error" not in row
+            and row["scenario"]["phase"] == "decode" and row["scenario"]["num_seqs"] == 1]
+
+
+def _project_row(row: dict[str, Any], full: ModelConfig) -> dict[str, Any]:
+    """One batch-1 decode scenario's projection (see `project`)."""
+    scen = row["scenario"]
+    by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for layer in row["layers"]:
+        by_kind[layer["kind"]].append(layer)
+    measured = {kind: layers[0] for kind, layers in by_kind.items()}
+    marginal = row.get("graph_marginal_s") or {}
+    use_marginal = row.get("graph_median_s") is not None and set(measured) <= set(marginal)
+    scale = row["graph_median_s"] / row["eager_s"] if row.get("graph_median_s") is not None else 1.0
+    if use_marginal:
+        timing = (f"CUDA-graph replay ({row['graph_median_s'] * 1e3:.2f} ms for the built layers) + the marginal "
+                  "replayed cost of one more layer of each kind for the rest: " + ", ".join(
+                      f"{k} {v * 1e6:.0f} us" for k, v in marginal.items()))
+    elif row.get("graph_median_s") is not None:
+        timing = (f"CUDA-graph replay ({row['graph_median_s'] * 1e3:.2f} ms vs eager {row['eager_s'] * 1e3:.2f} ms "
+                  "for the built layers; layer and op split from the eager profile, scaled)")
+    else:
+        timing = f"eager (no graph: {row.get('graph_status', 'not attempted')})"
+
+    def layer_time(layer: dict[str, Any]) -> float:
+        return marginal[layer["kind"]] if use_marginal else layer["time_s"] * scale
+
+    ops_s, notes = defaultdict(float), []
+    if use_marginal:
+        total_s = row["graph_median_s"]
+        once = total_s - sum(layer_time(layer) for layer in row["layers"])
+        ops_s["head and once-per-step work"] += once
+    else:
+        total_s = (row["head"]["time_s"] + row["preamble_s"]) * scale
         for op, seconds in row["head"]["ops_s"].items():
             ops_s[f"head {op}"] += seconds * scale
-        for kind, count in kinds_by_frequency(full):
-            layer = measured.get(kind.value)
-            if layer is None:  # not built: borrow the cheapest related measured kind, say so
-                stand_in = next(k for k in ("hca", "csa", "sliding") if k in measured)
-                layer = measured[stand_in]
-                notes.append(f"{count} {kind.value} layers not built: timed as {stand_in} layers "
-                             f"({'an upper bound' if kind is AttentionKind.SLIDING else 'an estimate'})")
-            total_s += count * layer["time_s"] * scale
-            floor_s += count * layer["bandwidth_floor_s"]
-            for op, seconds in layer["ops_s"].items():
-                ops_s[op] += count * seconds * scale
-        bottleneck = max(ops_s, key=ops_s.get)
-        ratios = [layer["ratio_to_bandwidth_floor"] * scale for layer in row["layers"]]
-        out.append({
-            "label": "PROJECTION (not a measurement): full model, one stream, one GPU's bandwidth",
-            "timing": timing, "is_graph": scale != 1.0 or row.get("graph_median_s") is not None,
-            "context_len": scen["context_len"], "step_s": total_s, "tok_s": 1.0 / total_s,
-            "bandwidth_floor_step_s": floor_s, "bandwidth_floor_tok_s": 1.0 / floor_s,
-            "bottleneck_op": bottleneck, "bottleneck_share": ops_s[bottleneck] / sum(ops_s.values()),
-            "ops_s": dict(sorted(ops_s.items(), key=lambda kv: -kv[1])), "notes": notes,
-            "layer_ratio_max": max(ratios), "hash_routing_note": "hash-routed layers timed as learned-routing ones",
-            "target_layer_ratio": TARGET_RATIO, "layer_ratio_met": max(ratios) <= TARGET_RATIO,
-            "target_tok_s": TARGET_TOK_S, "tok_s_met": 1.0 / total_s >= TARGET_TOK_S,
-        })
-    return out
+    floor_s = row["head"]["bandwidth_floor_s"]
+    for kind, count in kinds_by_frequency(full):
+        layer = measured.get(kind.value)
+        if layer is None:  # not built: borrow the cheapest related measured kind, say so
+            stand_in = next(k for k in ("hca", "csa", "sliding") if k in measured)
+            layer = measured[stand_in]
+            notes.append(f"{count} {kind.value} layers not built: timed as {stand_in} layers "
+                         f"({'an upper bound' if kind is AttentionKind.SLIDING else 'an estimate'})")
+        extra = count - (len(by_kind[kind.value]) if use_marginal else 0)  # the built ones are in the step
+        total_s += extra * layer_time(layer)
+        floor_s += count * layer["bandwidth_floor_s"]
+        layer_ops = sum(layer["ops_s"].values()) or 1.0
+        for op, seconds in layer["ops_s"].items():
+            ops_s[op] += count * layer_time(layer) * seconds / layer_ops
+    bottleneck = max(ops_s, key=ops_s.get)
+    ratios = [layer_time(layer) / layer["bandwidth_floor_s"] for layer in row["layers"]]
+    return {
+        "label": "PROJECTION (not a measurement): full model, one stream, one GPU's bandwidth",
+        "timing": timing, "is_graph": row.get("graph_median_s") is not None, "is_marginal": use_marginal,
+        "context_len": scen["context_len"], "step_s": total_s, "tok_s": 1.0 / total_s,
+        "bandwidth_floor_step_s": floor_s, "bandwidth_floor_tok_s": 1.0 / floor_s,
+        "bottleneck_op": bottleneck, "bottleneck_share": ops_s[bottleneck] / sum(ops_s.values()),
+        "ops_s": dict(sorted(ops_s.items(), key=lambda kv: -kv[1])), "notes": notes,
+        "layer_seconds": {layer["owner"]: layer_time(layer) for layer in row["layers"]},
+        "layer_ratio_max": max(ratios), "hash_routing_note": "hash-routed layers timed as learned-routing ones",
+        "target_layer_ratio": TARGET_RATIO, "layer_ratio_met": max(ratios) <= TARGET_RATIO,
+        "target_tok_s": TARGET_TOK_S, "tok_s_met": 1.0 / total_s >= TARGET_TOK_S,
+    }
 
 
 def projection_lines(projection: list[dict[str, Any]]) -> list[str]:
     lines = []
     for p in projection:
         lines.append(
-            f"PROJECTION ctx {p['context_len']} [{'graph' if p['is_graph'] else 'eager'}]: full-model single-stream "
+            f"PROJECTION ctx {p['context_len']} [{_projection_kind(p)}]: full-model single-stream "
             f"decode {p['tok_s']:.3g} tok/s "
             f"({p['step_s'] * 1e3:.1f} ms/token; bandwidth floor {p['bandwidth_floor_tok_s']:.0f} tok/s); "
             f"held back by {p['bottleneck_op']} ({100 * p['bottleneck_share']:.0f}% of the step); worst layer "
@@ -319,6 +345,10 @@ def projection_lines(projection: list[dict[str, Any]]) -> list[str]:
         lines.append(f"  timing: {p['timing']}")
         lines.extend(f"  note: {n}" for n in p["notes"])
     return lines
+
+
+def _projection_kind(p: dict[str, Any]) -> str:
+    return "graph + marginal layers" if p.get("is_marginal") else "graph" if p["is_graph"] else "eager"
 
 
 def _graph_words(row: dict[str, Any]) -> str:
