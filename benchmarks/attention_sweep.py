@@ -34,11 +34,17 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("attn_sweep.json"))
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--deadline", type=float, default=80.0, help="seconds; later variants are skipped")
+    ap.add_argument("--heads", type=int, default=64, help="64: Flash; 4: the packaged default model")
+    ap.add_argument("--topk", type=int, default=512, help="CSA entries attended (512 Flash, 64 default model)")
+    ap.add_argument("--variants", choices=["all", "default"], default="all",
+                    help="default: only the launch parameters the launcher picks")
     args = ap.parse_args()
     t0 = time.time()
     g = torch.Generator(device=DEV).manual_seed(3)
-    heads, d, window, topk, ctx = 64, 512, 128, 512, 4096
+    heads, d, window, topk, ctx = args.heads, 512, 128, args.topk, 4096
     default = launcher.launch_params(EntryMode.DS_MLA, heads, d)
+    grid = [(default.block_h, default.block_k, default.num_warps)] if args.variants == "default" else \
+        list(itertools.product((16, 32, 64), (16, 32, 64), (4, 8)))
     rows = []
     for batch in args.batches:
         win, comp = kv_cache(batch * window), kv_cache(batch * ctx // 4)
@@ -51,7 +57,7 @@ def main() -> None:
         sink = torch.randn(heads, device=DEV, generator=g)
         for kind, srcs in (("csa", [(win, ws), (comp, cs)]), ("hca", [(win, ws), (win, hs)])):
             want = launcher.sparse_attention_triton(q, srcs, sink, d**-0.5)
-            for block_h, block_k, warps in itertools.product((16, 32, 64), (16, 32, 64), (4, 8)):
+            for block_h, block_k, warps in grid:
                 if time.time() - t0 > args.deadline:
                     break
                 lp = launcher.LaunchParams(dot=1, block_h=block_h, block_k=block_k, piece=64, num_warps=warps)
@@ -60,7 +66,7 @@ def main() -> None:
                     err = float((got - want).norm() / want.norm())
                     us = graph_time([lambda lp=lp, srcs=srcs, q=q, sink=sink: launcher.sparse_attention_triton(
                         q, srcs, sink, d**-0.5, params=lp)]) * 1e6
-                    row = {"batch": batch, "kind": kind, "block_h": block_h, "block_k": block_k, "warps": warps,
+                    row = {"heads": heads, "topk": topk, "batch": batch, "kind": kind, "block_h": block_h, "block_k": block_k, "warps": warps,
                            "us": us, "rel_err_vs_default": err, "default": lp == default}
                 except Exception as exc:  # a config that does not compile: say so, keep going
                     row = {"batch": batch, "kind": kind, "block_h": block_h, "block_k": block_k, "warps": warps,
