@@ -80,6 +80,12 @@ def main() -> None:
     consts["ALIGNED"] = False  # a page stride that is not a multiple of 16: byte loads
     reports.append(compile_report("partial fp8_ds_mla q=fp32 unaligned", _sparse_attention_kernel, consts, "fp32",
                                   lp.num_warps))
+    few = launcher.launch_params(EntryMode.DS_MLA, 4, HEAD_DIM)  # the packaged default model's 4 heads
+    consts = dict(MODE=int(EntryMode.DS_MLA), HEAD_DIM=HEAD_DIM, DATA_BYTES=DS_MLA_DATA_BYTES,
+                  SCALE_BYTES=DS_MLA_SCALE_BYTES, BLOCK_H=few.block_h, BLOCK_K=few.block_k, PIECE=few.piece,
+                  DOT=few.dot, Q_PIECES=1, ALIGNED=True, NATIVE_FP8=True)
+    reports.append(compile_report("partial fp8_ds_mla q=bf16 4 heads", _sparse_attention_kernel, consts, "bf16",
+                                  few.num_warps))
     fp32 = launcher.launch_params(EntryMode.FP32, HEADS, HEAD_DIM)
     consts = dict(MODE=int(EntryMode.FP32), HEAD_DIM=HEAD_DIM, DATA_BYTES=HEAD_DIM * 4, SCALE_BYTES=0,
                   BLOCK_H=fp32.block_h, BLOCK_K=fp32.block_k, PIECE=fp32.piece, DOT=fp32.dot, Q_PIECES=2,

@@ -104,6 +104,12 @@ def launch_params(mode: EntryMode, num_heads: int, head_dim: int) -> LaunchParam
         return LaunchParams(dot=2, block_h=16, block_k=16, piece=64, num_warps=4)
     # one warpgroup, wgmma with M = 64 heads; no spills (tests/kernels/sparse_attention/sm90_compile.py)
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))  # tl.dot needs M >= 16
+    if block_h < 64:
+        # Few heads (the packaged default model's 4): a 16-head x 64-key chunk on 4 warps needs 255
+        # registers and spills 364 bytes (Triton 3.9 for sm_90) and ran 39-41 us a launch on the
+        # H200; 32-key chunks on 8 warps: 157 registers, no spills, 17.9-19.1 us (session 5 sweep,
+        # benchmarks/attention_sweep.py). The chunking is a function of the head count only.
+        return LaunchParams(dot=1, block_h=block_h, block_k=32, piece=64, num_warps=8)
     return LaunchParams(dot=1, block_h=block_h, block_k=64, piece=64, num_warps=4)
 
 
