@@ -15,7 +15,7 @@ stamp() { echo "=== $1 (+$(( $(date +%s) - T0 )) s)"; }
 
 stamp "A: GPU tests"
 timeout -s INT 55 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/kernels/moe/test_gpu.py \
-    -k "stream or split_decode or (parity_and_invariance and bf16)" > "$R/gpu_tests.log" 2>&1
+    -k "decode_variant or stream or (parity_and_invariance and bf16)" > "$R/gpu_tests.log" 2>&1
 echo "pytest exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$R/gpu_tests.log" | tail -n 8
 
 stamp "B: benchmark"

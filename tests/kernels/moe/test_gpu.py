@@ -68,32 +68,17 @@ def test_exact_mode(layer):
     assert ((got - ref).norm() / ref.norm()).item() <= 1e-4
 
 
-@pytest.mark.parametrize("num_tokens", [1, 40, 300])
-@pytest.mark.parametrize("quantize_inputs", [True, False])
-def test_split_decode_bit_identical_to_fused(layer, num_tokens, quantize_inputs):
-    """Variant "bf16-split" (PTX nibble decode, bf16 scale products, 64-feature wgmma tiles) gives the
-    fused "bf16" variant's bits: 1 and 40 tokens run the split decode here (16 experts: up to 256
-    pairs), 300 the fused prefill tile in both; token 0 alone equals token 0 in the batch."""
-    st, _, gate = layer
-    x = torch.randn(num_tokens, D, device="cuda")
-    x = x.bfloat16() if quantize_inputs else x
-    w, ids = route_ref(x, gate, top_k=K, routed_scaling=1.5, bias=torch.zeros(E, device="cuda"))
-    kw = dict(limit=10.0, quantize_inputs=quantize_inputs,
-              hidden_dtype=torch.bfloat16 if quantize_inputs else torch.float32)
-    fused = moe_experts_triton(x, ids, w, st, variant="bf16", **kw)
-    split = moe_experts_triton(x, ids, w, st, variant="bf16-split", **kw)
-    diff = split != fused
-    assert not diff.any(), f"{int(diff.sum())} differ, max |d| {(split - fused).abs().max().item():.3e}"
-    one = moe_experts_triton(x[:1], ids[:1], w[:1], st, variant="bf16-split", **kw)
-    assert torch.equal(one[0], split[0])
+# "bf16-split" (PTX nibble decode, bf16 scale products, 64-feature wgmma tiles): 1 and 40 tokens run the
+# split decode here (16 experts: up to 256 pairs), 300 the fused prefill tile in both. "bf16-stream"
+# (3 launches, rows from the ids, pipelined int32 scale words and even/odd x copies, fused SwiGLU and
+# combine by arrival counters): 1, 40, 85 tokens (6 .. 510 pairs: both id-scan widths).
+DECODE_VARIANT_TOKENS = [("bf16-split", n) for n in (1, 40, 300)] + [("bf16-stream", n) for n in (1, 40, 85)]
 
 
-@pytest.mark.parametrize("num_tokens", [1, 40, 85])
+@pytest.mark.parametrize("variant,num_tokens", DECODE_VARIANT_TOKENS)
 @pytest.mark.parametrize("quantize_inputs", [True, False])
-def test_stream_decode_bit_identical_to_fused(layer, num_tokens, quantize_inputs):
-    """Variant "bf16-stream" (3 launches, rows from the ids, pipelined int32 scale words and even/odd
-    x copies, fused SwiGLU and combine by arrival counters) gives the fused "bf16" variant's bits:
-    1, 40, 85 tokens (6 .. 510 pairs: both id-scan widths); token 0 alone equals token 0 in the batch."""
+def test_decode_variant_bit_identical_to_fused(layer, variant, num_tokens, quantize_inputs):
+    """The decode variants give the fused kernel's bits; token 0 alone equals token 0 in the batch."""
     st, _, gate = layer
     x = torch.randn(num_tokens, D, device="cuda")
     x = x.bfloat16() if quantize_inputs else x
@@ -101,10 +86,10 @@ def test_stream_decode_bit_identical_to_fused(layer, num_tokens, quantize_inputs
     kw = dict(limit=10.0, quantize_inputs=quantize_inputs,
               hidden_dtype=torch.bfloat16 if quantize_inputs else torch.float32)
     fused = moe_experts_triton(x, ids, w, st, variant="bf16-fused", **kw)
-    got = moe_experts_triton(x, ids, w, st, variant="bf16-stream", **kw)
+    got = moe_experts_triton(x, ids, w, st, variant=variant, **kw)
     diff = got != fused
     assert not diff.any(), f"{int(diff.sum())} differ, max |d| {(got - fused).abs().max().item():.3e}"
-    one = moe_experts_triton(x[:1], ids[:1], w[:1], st, variant="bf16-stream", **kw)
+    one = moe_experts_triton(x[:1], ids[:1], w[:1], st, variant=variant, **kw)
     assert torch.equal(one[0], got[0])
 
 
