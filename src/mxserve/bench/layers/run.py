@@ -359,10 +359,13 @@ def _graph_words(row: dict[str, Any]) -> str:
 
 def _scenario_line(row: dict[str, Any]) -> str:
     parts = [f"{row['scenario']['name']}: eager step {row['eager_s'] * 1e3:.1f} ms, {_graph_words(row)}"]
+    marginal = row.get("graph_marginal_s") or {}
     for layer in [*row["layers"], row["head"]]:
-        parts.append(f"{layer['owner']} ({layer['kind']}) {layer['time_s'] * 1e3:.2f} ms = "
-                     f"{layer['ratio_to_bandwidth_floor']:.1f}x bw floor {layer['bandwidth_floor_s'] * 1e6:.0f} us, "
-                     f"top op {layer['top_op']}")
+        replayed = marginal.get(layer["kind"]) if layer["owner"] != "head" else None
+        parts.append(f"{layer['owner']} ({layer['kind']}) eager {layer['time_s'] * 1e3:.2f} ms = "
+                     f"{layer['ratio_to_bandwidth_floor']:.1f}x bw floor {layer['bandwidth_floor_s'] * 1e6:.0f} us"
+                     + (f", replayed marginal {replayed * 1e6:.0f} us = {replayed / layer['bandwidth_floor_s']:.1f}x"
+                        if replayed is not None else "") + f", top op {layer['top_op']}")
     return "; ".join(parts)
 
 
