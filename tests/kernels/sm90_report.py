@@ -90,3 +90,19 @@ def print_reports(reports: list[dict]) -> None:
         return
     for r in reports:
         print(" ".join(f"{k}={v}" for k, v in r.items()))
+
+
+def mma_k_loop(sass: str) -> list[str]:
+    """Opcodes of the innermost loop that contains a wgmma (HGMMA/QGMMA): the shortest span from a
+    label to a backward branch to it whose body holds one. Empty when there is no such loop."""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
+    best = None
+    for i, line in enumerate(lines):
+        m = re.search(r"BRA\s+`\((\.L_x_\d+)\)", line)
+        if m and labels.get(m.group(1), i) < i:
+            body = lines[labels[m.group(1)]:i + 1]
+            if any("GMMA" in b for b in body) and (best is None or len(body) < len(best)):
+                best = body
+    return [m.group(1) for line in best or []
+            if (m := re.match(r"\s*/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line))]

@@ -17,7 +17,6 @@ TRITON_INTERPRET is forced off: run it as a script, never imported into a pytest
 
 from __future__ import annotations
 
-import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -52,25 +51,6 @@ KEY_OPS = ("F2FP", "LDS", "LDSM", "STS", "SHFL", "HGMMA", "QGMMA", "BAR", "MEMBA
            "FMNMX", "IMAD", "PRMT")
 
 
-def _k_loop(sass: str) -> list[str]:
-    """Opcodes of the innermost loop that contains the wgmma (HGMMA/QGMMA; label .. backward branch)."""
-    lines = sass.splitlines()
-    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
-    best = None
-    for i, line in enumerate(lines):
-        m = re.search(r"BRA\s+`\((\.L_x_\d+)\)", line)
-        if m and labels.get(m.group(1), i) < i:
-            body = lines[labels[m.group(1)]:i + 1]
-            if any("GMMA" in b for b in body) and (best is None or len(body) < len(best)):
-                best = body
-    ops = []
-    for line in best or []:
-        m = re.match(r"\s*/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
-        if m:
-            ops.append(m.group(1))
-    return ops
-
-
 def compile_tile(kernel, consts: dict, types: dict, divisible: set, warps: int, stages: int, tag: str,
                  dump: Path | None) -> tuple:
     """(compiled, ptxas report, SASS, K-loop opcodes, their counts) of one tile: pointers and the ints
@@ -84,7 +64,7 @@ def compile_tile(kernel, consts: dict, types: dict, divisible: set, warps: int, 
         dump.mkdir(parents=True, exist_ok=True)
         (dump / f"{tag}.ptx").write_text(compiled.asm["ptx"])
         (dump / f"{tag}.sass").write_text(sass)
-    loop = _k_loop(sass)
+    loop = sm90.mma_k_loop(sass)
     return compiled, report, sass, loop, Counter(op.split(".")[0] for op in loop)
 
 

@@ -47,21 +47,6 @@ KERNELS = {  # name: (kernel, extra constexprs, pointer types)
 KEY_OPS = ("LDG", "LDGSTS", "LDS", "LDSM", "STS", "HGMMA", "HMUL2", "PRMT", "LOP3", "IMAD", "BAR", "DEPBAR", "SHF")
 
 
-def _k_loop(sass: str) -> list[str]:
-    """Opcodes of the innermost loop around the wgmma (label .. backward branch)."""
-    lines = sass.splitlines()
-    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
-    best = None
-    for i, line in enumerate(lines):
-        m = re.search(r"BRA\s+`\((\.L_x_\d+)\)", line)
-        if m and labels.get(m.group(1), i) < i:
-            body = lines[labels[m.group(1)]:i + 1]
-            if any("GMMA" in b for b in body) and (best is None or len(body) < len(best)):
-                best = body
-    return [m.group(1) for line in best or []
-            if (m := re.match(r"\s*/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line))]
-
-
 def _loop_loads(ttgir: str) -> tuple[int, int]:
     """(cp.async copies, plain tt.load ops) inside the scf.for loops of the TTGIR."""
     async_copies = sync_loads = 0
@@ -89,7 +74,7 @@ def compile_report(name: str, stages: int, pdl: bool = False, warps: int = 4, du
         dump.mkdir(parents=True, exist_ok=True)
         for ext, text in (("ttgir", compiled.asm["ttgir"]), ("ptx", compiled.asm["ptx"]), ("sass", sass)):
             (dump / f"{name}-s{stages}{'-pdl' if pdl else ''}.{ext}").write_text(text)
-    loop = _k_loop(sass)
+    loop = sm90.mma_k_loop(sass)
     counts = Counter(op.split(".")[0] for op in loop)
     smem = compiled.metadata.shared
     by_regs = 65536 // (-(-regs["n_regs"] // 8) * 8 * 32 * warps)

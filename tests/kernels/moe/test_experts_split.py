@@ -49,16 +49,23 @@ def test_all_tokens_on_one_expert():
     _assert_equal(fused, split)
 
 
-def test_scales_at_the_edges_and_negative_zero_codes():
-    """Scale byte 128 (the top of the split decode's range), a low byte (48), codes 0x8 / 0x80 (-0).
-    Not 16: there the fused path's 2^-14-scaled products are fp32 subnormals and lose bits (seen:
-    -2.500028219e-31 vs the split path's exact -2.500028454e-31), so the two differ by design."""
+def edge_scale_experts():
+    """Experts with scale byte 128 (the top of the split decode's range) on even rows, 48 on every
+    third, and code byte 0x88 (-0 in both nibbles) in column 0 of every matrix."""
     experts = _experts(seed=9)
     for ex in experts:
         for q in (ex.w1, ex.w2, ex.w3):
             q.scales[0::2] = 128
             q.scales[1::3] = 48
             q.codes[:, 0] = 0x88
+    return experts
+
+
+def test_scales_at_the_edges_and_negative_zero_codes():
+    """Scale byte 128 (the top of the split decode's range), a low byte (48), codes 0x8 / 0x80 (-0).
+    Not 16: there the fused path's 2^-14-scaled products are fp32 subnormals and lose bits (seen:
+    -2.500028219e-31 vs the split path's exact -2.500028454e-31), so the two differ by design."""
+    experts = edge_scale_experts()
     x, ids, w = _routing(3, seed=4)
     fused, split = _both(x, ids, w, "exact", experts=experts)
     _assert_equal(fused, split)

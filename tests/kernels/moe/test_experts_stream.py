@@ -9,7 +9,7 @@ test_experts.py.
 import pytest
 import torch
 from tests.kernels.moe.test_experts import DEVICE, EXPERTS, MODES, D, E, I, _experts, _routing
-from tests.kernels.moe.test_experts_split import _assert_equal
+from tests.kernels.moe.test_experts_split import _assert_equal, edge_scale_experts
 
 from mxserve.formats import WeightLayout, fake_quant_fp8_pow2
 from mxserve.kernels.moe import moe_experts
@@ -80,14 +80,8 @@ def test_batch_invariance():
 
 def test_scales_at_the_edges_and_negative_zero_codes():
     """Scale byte 128 (the word's top byte negative as int32), 48, codes 0x88 (-0 twice)."""
-    experts = _experts(seed=9)
-    for ex in experts:
-        for q in (ex.w1, ex.w2, ex.w3):
-            q.scales[0::2] = 128
-            q.scales[1::3] = 48
-            q.codes[:, 0] = 0x88
     x, ids, w = _routing(3, seed=4)
-    _check(x, ids, w, "exact", experts=experts)
+    _check(x, ids, w, "exact", experts=edge_scale_experts())
 
 
 def test_larger_calls_take_the_split_path():
