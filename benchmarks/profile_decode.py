@@ -9,7 +9,7 @@ H200) and says nothing about the replayed step. This script asks the device inst
    the engine's static decode path, under torch.profiler with CUDA activities: every kernel's
    device time per step, grouped by kernel name, next to the CUDA-graph replay time of the same
    step. The sum of kernel times against the replay time says how much of the step is gaps.
-2. `default`: the packaged default model through `LLM.generate` at batch 1, greedy: tok/s, the
+2. `default`: the packaged default model through `LLM.generate` at batch 1 (`--default-batch`), greedy: tok/s, the
    device time per decode step, and the host functions that take the wall time (cProfile).
 
     PYTHONPATH=src python benchmarks/profile_decode.py --what flash default \\
@@ -105,27 +105,31 @@ def profile_flash(args: argparse.Namespace, overrides: dict[str, str], source: s
 
 
 def profile_default(args: argparse.Namespace, overrides: dict[str, str]) -> dict[str, Any]:
+    """The packaged default model through `LLM.generate`: `--default-batch` copies of one prompt, greedy;
+    tok/s counts every row's tokens, the kernel rows are per decode step."""
     from mxserve import LLM, SamplingParams
 
-    llm = LLM(kernel_overrides=overrides)
+    rows_n = args.default_batch
+    llm = LLM(kernel_overrides=overrides, max_num_seqs=max(rows_n, 1))
     params = SamplingParams(max_tokens=args.new_tokens, temperature=0, ignore_eos=True)
-    llm.generate(["And God said"], params)  # compiles, graph capture
+    prompts = ["And God said"] * rows_n
+    llm.generate(prompts, params)  # compiles, graph capture
     t0 = time.perf_counter()
-    llm.generate(["And God said"], params)
+    llm.generate(prompts, params)
     wall = time.perf_counter() - t0
     prof_host = cProfile.Profile()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         prof_host.enable()
-        llm.generate(["And God said"], params)
+        llm.generate(prompts, params)
         prof_host.disable()
     rows = kernel_rows(prof, args.new_tokens)
     text = io.StringIO()
     pstats.Stats(prof_host, stream=text).sort_stats("tottime").print_stats(25)
-    out = {"tok_s": args.new_tokens / wall, "ms_per_token": 1e3 * wall / args.new_tokens,
+    out = {"batch": rows_n, "tok_s": rows_n * args.new_tokens / wall, "ms_per_token": 1e3 * wall / args.new_tokens,
            "kernel_ms_per_token": sum(r["us_per_step"] for r in rows) / 1e3, "kernels": rows,
            "host_profile": text.getvalue()}
-    print(f"\n[default] batch 1, {args.new_tokens} tokens: {out['tok_s']:.1f} tok/s = {out['ms_per_token']:.2f} ms/token; "
-          f"device kernels {out['kernel_ms_per_token']:.2f} ms/token")
+    print(f"\n[default] batch {rows_n}, {args.new_tokens} tokens: {out['tok_s']:.1f} tok/s = {out['ms_per_token']:.2f} "
+          f"ms/step; device kernels {out['kernel_ms_per_token']:.2f} ms/step")
     print_rows(rows, min(args.top, 12))
     print("\n".join(text.getvalue().splitlines()[:45]))
     return out
@@ -141,6 +145,7 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--steps", type=int, default=5, help="profiled decode steps")
     ap.add_argument("--new-tokens", type=int, default=64, help="default model: tokens per generate")
+    ap.add_argument("--default-batch", type=int, default=1, help="default model: concurrent requests")
     ap.add_argument("--top", type=int, default=30, help="kernel rows to print")
     ap.add_argument("--out", type=Path, default=Path("profile_decode.json"))
     args = ap.parse_args()
