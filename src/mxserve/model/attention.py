@@ -20,6 +20,7 @@ from mxserve.config import AttentionKind, ModelConfig
 from mxserve.kernels.linear import Weight
 from mxserve.model.compressor import (
     CompressorAddresses,
+    CompressorSite,
     CompressorSpec,
     CompressorWeights,
     compressor_addresses,
@@ -170,15 +171,6 @@ def _attend_chunk(
             observer.on_attention_values(ctx.layer_id, seq, site_names[name], values)
 
     return ctx.kernels.sparse_attention(q, sources, w.sink, cfg.head_dim**-0.5, inspect=inspect)
-
-
-@dataclass(frozen=True)
-class CompressorSite:
-    """One compressor of a layer: its math (`spec`) and the pools its rows and entries live in."""
-
-    spec: CompressorSpec
-    state_pool: Pool
-    entry_pool: Pool
 
 
 def main_compressor_site(ctx: LayerContext) -> CompressorSite:

@@ -22,6 +22,7 @@ import torch
 from mxserve.kernels.linear import Weight
 from mxserve.model.fused_ref import compressor_emit_ref
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
+from mxserve.model.kv_state import Pool
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,15 @@ class CompressorSpec:
     @property
     def width(self) -> int:  # c·d
         return (2 if self.overlap else 1) * self.dim
+
+
+@dataclass(frozen=True)
+class CompressorSite:
+    """One compressor of a layer: its math (`spec`) and the pools its rows and entries live in."""
+
+    spec: CompressorSpec
+    state_pool: Pool
+    entry_pool: Pool
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable
 
 import torch
 
-from mxserve.model.compressor import CompressorAddresses, CompressorSpec, compressor_addresses
+from mxserve.model.compressor import CompressorAddresses, CompressorSite, compressor_addresses
 from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry, paged_slots
 from mxserve.model.kv_state import Pool
 
@@ -57,11 +57,11 @@ class DecodeAddresses:
             return self.slots(Pool.WINDOW, self.positions[:, None] + offsets[None, :])
         return self._once("window read", compute)
 
-    def compressor(self, spec: CompressorSpec, state_pool: Pool, entry_pool: Pool) -> CompressorAddresses:
+    def compressor(self, site: CompressorSite) -> CompressorAddresses:
         """A compressor's state, entry and receptive-field slots (`compressor_addresses`)."""
-        return self._once(("compressor", spec, state_pool, entry_pool), lambda: compressor_addresses(
-            self.positions, spec, state_slots_of=lambda p: self.slots(state_pool, p),
-            entry_slots_of=lambda s: self.slots(entry_pool, s)))
+        return self._once(("compressor", site), lambda: compressor_addresses(
+            self.positions, site.spec, state_slots_of=lambda p: self.slots(site.state_pool, p),
+            entry_slots_of=lambda s: self.slots(site.entry_pool, s)))
 
     def visible(self, ratio: int) -> torch.Tensor:
         """[B] compressed entries a row can see: s < (p + 1) // ratio."""

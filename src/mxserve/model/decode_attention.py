@@ -49,8 +49,7 @@ def decode_attention_heads(
 
     if ctx.kind is not AttentionKind.SLIDING:
         site = main_compressor_site(ctx)
-        run_compressor(x, positions, w.compressor, site,
-                       addresses.compressor(site.spec, site.state_pool, site.entry_pool), ctx, caches.state,
+        run_compressor(x, positions, w.compressor, site, addresses.compressor(site), ctx, caches.state,
                        caches.compressed)
         if ctx.kind is AttentionKind.CSA:
             entry_ids = _decode_indexer_select(x, indexer_q, indexer_w, w, ctx, caches, addresses)
@@ -72,9 +71,8 @@ def _decode_indexer_select(
     then the tie-broken top-k among the first visible[b] → entry ids [B, index_topk], −1 padded."""
     cfg, kernels = ctx.config, ctx.kernels
     site = indexer_compressor_site(cfg)
-    run_compressor(x, addresses.positions, w.indexer.compressor, site,
-                   addresses.compressor(site.spec, site.state_pool, site.entry_pool), ctx, caches.indexer_state,
-                   caches.indexer)
+    run_compressor(x, addresses.positions, w.indexer.compressor, site, addresses.compressor(site), ctx,
+                   caches.indexer_state, caches.indexer)
     num_candidates = addresses.geometry.indexer_candidates
     _, key_slots = addresses.candidates(Pool.INDEXER, site.spec.ratio, num_candidates)  # [B, N]
     visible = addresses.visible(site.spec.ratio)
