@@ -8,7 +8,7 @@ through the engine's decode path (`DecodeGraphs`: CUDA-graph replay on a GPU, th
 buffers eager elsewhere). The reference model (reference kernels, the same numerics and weights)
 scores each prompt + continuation in one teacher-forced forward; its argmax at every generated
 position must be the Triton model's token, or the first position where it is not is reported with
-the reference's log-probability gap (under 0.1 nat: a near tie, as in `model_parity.py`).
+the reference's log-probability gap (under 0.1 nat: a near tie), scored by `model_parity.score_continuations`.
 
     PYTHONPATH=src python benchmarks/flash_parity.py --out $OUT/flash_parity.json           # H200
     TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/flash_parity.py --config tiny-all --layers 3 \\
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+from model_parity import score_continuations
 
 from mxserve.bench.layers.build import bench_config, layer_plan, random_weights
 from mxserve.bench.layers.kernels import build_bench_model, parse_kernels_option
@@ -36,7 +37,6 @@ from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.forward_batch import ForwardBatch
 from mxserve.testing.tiny_configs import get_config
 
-NEAR_TIE_NATS = 0.1
 BLOCK_SIZE = 64
 
 
@@ -59,26 +59,6 @@ def triton_generate(model: DeepseekV4Model, prompts: list[list[int]], num_new: i
             row.append(token)
     how = f"CUDA-graph replay ({graphs.num_replays} replays)" if graphs.captured_buckets() else "static buffers, eager"
     return generated, how
-
-
-def teacher_forced_check(model: DeepseekV4Model, prompts: list[list[int]], generated: list[list[int]],
-                         device: torch.device) -> list[dict]:
-    """One reference forward per prompt over prompt + continuation: argmax vs the generated tokens."""
-    rows = []
-    for prompt, gen in zip(prompts, generated, strict=True):
-        tokens = [*prompt, *gen]
-        state = model.new_cache_state(max_sequences=1, max_positions=len(tokens) + 1, block_size=BLOCK_SIZE,
-                                      device=device)
-        logits = model.forward(ForwardBatch.from_chunks([tokens[:-1]], [0], [0], device=device), state)
-        lp = torch.log_softmax(logits[len(prompt) - 1:].double(), dim=-1).cpu()  # row i predicts gen[i]
-        ref_choice = lp.argmax(-1).tolist()
-        first = next((i for i, (a, b) in enumerate(zip(ref_choice, gen, strict=True)) if a != b), None)
-        row = {"tokens_equal": first is None, "first_divergence": first}
-        if first is not None:
-            row["ref_gap_nats"] = float(lp[first, ref_choice[first]] - lp[first, gen[first]])
-            row["near_tie"] = row["ref_gap_nats"] < NEAR_TIE_NATS
-        rows.append(row)
-    return rows
 
 
 def main() -> None:
@@ -114,7 +94,7 @@ def main() -> None:
     reference = DeepseekV4Model(config, weights, numerics=args.numerics)
     t0 = time.perf_counter()
     with torch.no_grad():
-        rows = teacher_forced_check(reference, prompts, generated, device)
+        rows = score_continuations(reference, prompts, generated, device)
     result = {
         "config": args.config, "layers": [k.value for k in kinds], "numerics": args.numerics, "kernels": args.kernels,
         "kernel_reasons": list(engine.reasons), "prompts": args.prompts, "prompt_len": args.prompt_len,

@@ -58,14 +58,20 @@ def run(model_dir: Path, prompts: list[list[int]], num_new: int, overrides: dict
 
 def teacher_forced_check(model_dir: Path, prompts: list[list[int]], generated: list[list[int]],
                          device: str, numerics: str = "faithful") -> list[dict]:
-    """One reference forward per prompt over prompt + continuation: argmax vs the engine's tokens."""
+    """The reference model of `model_dir` (reference kernels) scores the engine's continuations."""
     from mxserve.model.checkpoint import CheckpointReader
     from mxserve.model.deepseek_v4 import DeepseekV4Model
-    from mxserve.model.forward_batch import ForwardBatch
 
     reader = CheckpointReader(model_dir)
     weights = {k: v.to(device) for k, v in reader.load(progress=False).items()}
-    model = DeepseekV4Model(reader.config, weights, numerics=numerics)
+    return score_continuations(DeepseekV4Model(reader.config, weights, numerics=numerics), prompts, generated, device)
+
+
+def score_continuations(model, prompts: list[list[int]], generated: list[list[int]], device) -> list[dict]:
+    """One forward of `model` per prompt over prompt + continuation: its argmax at every generated
+    position vs the generated token; at the first difference, its log-probability gap (nats)."""
+    from mxserve.model.forward_batch import ForwardBatch
+
     rows = []
     for prompt, gen in zip(prompts, generated, strict=True):
         tokens = [*prompt, *gen]
