@@ -15,9 +15,10 @@ override op name is "moe" (`EngineConfig.kernel_overrides["moe"]`, or
   triton-repack    experts repacked losslessly MXFP4 → 128x128 block FP8 at load (spec §6.6)
   triton-split     "triton"'s numbers bit for bit, decode in split launches with a cheaper nibble
                    decode (variant "bf16-split"; MXFP4 with scale bytes <= 128; issue 10, opt-in)
-  triton-stream    "triton"'s numbers bit for bit, decode up to 512 pairs in 3 launches with every
-                   K-loop load pipelined (variant "bf16-stream"; same conditions; issue 10, opt-in
-                   until measured on the H200)
+  triton-stream    "triton"'s numbers bit for bit, the stream decode (3 launches, every K-loop load
+                   pipelined) at every size up to 512 pairs (variant "bf16-stream"; same conditions).
+                   "triton" itself streams up to 32 pairs, where the H200 measured it faster than
+                   the split decode (session 5); above that the split decode was faster
 
 Triton is off unless forced until the issue-10 gates pass (docs/benchmarks.md, MoE section).
 `moe_kernel_slots(backend)` gives the KernelSet slot callables (route, moe_experts, expert_ffn).
