@@ -41,8 +41,8 @@ resetter's, so nothing touches the counter after its store in this launch; the n
 stream (and every CUDA-graph replay) starts after this one has finished, so it finds 0. The
 counters are shared per device: two fused launches must not run concurrently on two streams.
 
-Early start (PDL, decode opt-in): launched as a programmatic dependent launch, a program first
-signals that the next kernel may launch (`griddepcontrol.launch_dependents`: it takes effect once
+Early start (PDL, decode; the launcher's shape rule uses it for small weight-only layers): as a
+programmatic dependent launch, a program first signals that the next kernel may launch (`griddepcontrol.launch_dependents`: it takes effect once
 every program of this grid has started), then issues `prefetch.global.L2` for the 128-byte row
 segments of its first PDL_BLOCKS weight blocks, then waits for the previous kernel on the stream to
 finish and its writes to be visible (`griddepcontrol.wait`) before it loads x, reads the scales,
