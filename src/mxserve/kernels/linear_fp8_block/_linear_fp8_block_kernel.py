@@ -42,15 +42,16 @@ stream (and every CUDA-graph replay) starts after this one has finished, so it f
 counters are shared per device: two fused launches must not run concurrently on two streams.
 
 Early start (PDL, decode; the launcher's shape rule uses it for small weight-only layers): as a
-programmatic dependent launch, a program first signals that the next kernel may launch (`griddepcontrol.launch_dependents`: it takes effect once
-every program of this grid has started), then issues `prefetch.global.L2` for the 128-byte row
-segments of its first PDL_BLOCKS weight blocks, then waits for the previous kernel on the stream to
-finish and its writes to be visible (`griddepcontrol.wait`) before it loads x, reads the scales,
-stores anything or touches a counter. So the weight stream of this launch starts during the tail of
-the previous one (the fixed per-call cost of the 32 MB layers), and nothing it reads or writes
-depends on the overlap: the prefetch fills L2 only (no register, no L1 line), and L2 is where every
-SM's stores land, so even weights written by the previous kernel are read correctly after the wait.
-The arithmetic is unchanged, so the bits are those of the ordinary launch.
+programmatic dependent launch, a program first signals that the next kernel may launch
+(`griddepcontrol.launch_dependents`: it takes effect once every program of this grid has started),
+then issues `prefetch.global.L2` for the 128-byte row segments of its first PDL_BLOCKS weight
+blocks, then waits for the previous kernel on the stream to finish and its writes to be visible
+(`griddepcontrol.wait`) before it loads x, reads the scales, stores anything or touches a counter.
+So the weight stream of this launch starts during the tail of the previous one (the fixed per-call
+cost of the 32 MB layers), and nothing it reads or writes depends on the overlap: the prefetch fills
+L2 only (no register, no L1 line), and L2 is where every SM's stores land, so even weights written
+by the previous kernel are read correctly after the wait. The arithmetic is unchanged, so the bits
+are those of the ordinary launch.
 
 Activation preparation (X_MODE):
 - 0: float x (fp32/bf16/fp16) for a weight-only FP8 layer. Each (row, 128-block) of x is scaled
