@@ -107,13 +107,11 @@ class ModelRunner:
         if not rows:
             return result
         # Read back once per step: the finiteness flag travels with the sampled tokens (each host
-        # read of a device value waits for the whole step; three of them per decode step cost
-        # more than the sampling itself on a GPU).
+        # read of a device value waits for everything queued before it; a decode step read three).
         finite = torch.isfinite(logits).all()
         if not sample_rows:
             result.logits_finite = bool(finite)
-
-        if sample_rows:
+        else:
             ids = list(sample_rows)
             picked = _select_rows(logits, [sample_rows[i] for i in ids])
             out = self.sampler.sample(
