@@ -1,0 +1,275 @@
+"""The engine's host work per decode step at many concurrent requests, with the model made free.
+
+Issue 11's 64-request target is host-bound on the H200: a 64-row decode step took ~20 ms while
+its GPU work is a few ms. This harness runs the real engine (`LLM` with the packaged default
+model: scheduler, block manager, runner, sampler, detokenizer, output objects) with the model
+replaced by a stand-in whose logits cost one small gather (`FreeModel`), and reports the host
+milliseconds per decode step by component. It also counts the host reads of tensor values
+(`.item()`, `.tolist()`, `bool()`, `int()`, `float()`, `nonzero`) per step, by call site: on CUDA
+each read of a device tensor waits for the GPU, so a step should do one.
+
+On the CPU the step takes the engine's CUDA path (`--path graph`, the default): the runner's
+graph decision is told the device is CUDA and `DecodeGraphs` runs uncaptured (`capture=False`),
+so `build_decode_batch`, the static-buffer copies and the row bookkeeping run exactly as they do
+around a replay. `--path eager` keeps the CPU's eager `ForwardBatch` path instead.
+
+    PYTHONPATH=src python benchmarks/host_step.py                       # 64 requests, greedy
+    PYTHONPATH=src python benchmarks/host_step.py --sampled --profile   # + seeded top-p rows, cProfile
+    PYTHONPATH=src python benchmarks/host_step.py --device cuda --out $R/host_step.json   # on the GPU
+
+With `--device cuda` the stand-in's logits live on the GPU and the graph path is the real one
+(uncaptured: there is nothing to capture), so device reads are real syncs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import collections
+import io
+import json
+import pstats
+import statistics
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import mxserve.engine.model_runner as model_runner_module
+from mxserve import LLM, SamplingParams
+from mxserve.default_model import default_model_path
+from mxserve.engine.cuda_graphs import DecodeGraphs
+from mxserve.engine.tokenizer import Tokenizer
+from mxserve.model.decode_batch import DecodeGeometry
+
+
+class FreeModel:
+    """The model's interface with logits from a fixed random table: row logits = table[input token],
+    so greedy decoding walks a fixed random chain (varied tokens, hence varied text)."""
+
+    supports_cuda_graphs = True
+    observer = None
+
+    def __init__(self, real, device: torch.device, seed: int = 0) -> None:
+        self.config, self.policy = real.config, real.policy
+        vocab = real.config.vocab_size
+        gen = torch.Generator().manual_seed(seed)
+        self.table = (4.0 * torch.randn(vocab, vocab, generator=gen)).to(device)
+        self._out: dict[int, torch.Tensor] = {}  # bucket → the static logits buffer a graph would own
+
+    def forward(self, batch, state) -> torch.Tensor:
+        tokens = batch.token_ids if batch.logits_rows is None else batch.token_ids[batch.logits_rows]
+        return self.table.index_select(0, tokens)
+
+    def decode_forward(self, batch, state, geometry) -> torch.Tensor:
+        rows = batch.num_rows
+        out = self._out.get(rows)
+        if out is None:
+            out = self._out[rows] = self.table.new_empty(rows, self.table.shape[1])
+        return torch.index_select(self.table, 0, batch.token_ids, out=out)
+
+
+class ReadCounter:
+    """Counts host reads of tensor values by call site (file:line in mxserve or the harness)."""
+
+    NAMES = ("item", "tolist", "__bool__", "__int__", "__float__", "nonzero")
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter = collections.Counter()
+        self.active = False
+        self._saved: dict[str, Any] = {}
+
+    def install(self) -> None:
+        for name in self.NAMES:
+            original = getattr(torch.Tensor, name)
+            self._saved[name] = original
+            setattr(torch.Tensor, name, self._wrap(name, original))
+
+    def uninstall(self) -> None:
+        for name, original in self._saved.items():
+            setattr(torch.Tensor, name, original)
+
+    def _wrap(self, name: str, original):
+        counter = self
+
+        def wrapped(tensor, *args, **kwargs):
+            if counter.active:
+                frames = [f for f in traceback.extract_stack(limit=12)[:-1] if "mxserve" in f.filename
+                          or "host_step" in f.filename]
+                where = f"{frames[-1].filename.split('/')[-1]}:{frames[-1].lineno} {frames[-1].name}" if frames else "?"
+                counter.counts[f"{name} @ {where}"] += 1
+            return original(tensor, *args, **kwargs)
+
+        return wrapped
+
+
+COMPONENTS = {  # label → (object path, attribute): the functions whose inclusive time is reported
+    "schedule": ("mxserve.engine.scheduler", "Scheduler", "schedule"),
+    "runner.execute": ("mxserve.engine.model_runner", "ModelRunner", "execute"),
+    "  graphs.run": ("mxserve.engine.cuda_graphs", "DecodeGraphs", "run"),
+    "    build_decode_batch": ("mxserve.engine.cuda_graphs", None, "build_decode_batch"),
+    "    model (stand-in)": ("__main__", "FreeModel", "decode_forward"),
+    "  sampler.sample": ("mxserve.engine.sampler", "Sampler", "sample"),
+    "update_from_output": ("mxserve.engine.scheduler", "Scheduler", "update_from_output"),
+    "detokenize": ("mxserve.engine.detokenizer", "IncrementalDetokenizer", "add_tokens"),
+    "snapshot": ("mxserve.engine.llm_engine", "_Tracked", "snapshot"),
+}
+
+
+class ComponentTimer:
+    def __init__(self) -> None:
+        self.seconds: collections.Counter = collections.Counter()
+        self.calls: collections.Counter = collections.Counter()
+
+    def install(self) -> None:
+        import importlib
+        import sys
+
+        for label, (module_name, owner, attr) in COMPONENTS.items():
+            module = sys.modules[module_name] if module_name == "__main__" else importlib.import_module(module_name)
+            target = getattr(module, owner) if owner else module
+            original = getattr(target, attr)
+            setattr(target, attr, self._wrap(label, original))
+
+    def _wrap(self, label: str, original):
+        timer = self
+
+        def wrapped(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                timer.seconds[label] += time.perf_counter() - t0
+                timer.calls[label] += 1
+
+        return wrapped
+
+
+def build_llm(args: argparse.Namespace) -> LLM:
+    llm = LLM(str(default_model_path()), device=args.device, max_model_len=512, max_num_seqs=args.batch,
+              progress=False)
+    engine = llm.engine
+    device = engine.device
+    stand_in = FreeModel(engine.model, device)
+    runner = engine.runner
+    runner.model = stand_in
+    if args.path == "graph":
+        geometry = DecodeGeometry.for_positions(engine.model_config, runner.cache_state.block_size, 512)
+        runner.decode_graphs = DecodeGraphs(stand_in, runner.cache_state, geometry, device, capture=False)
+        real_decide = model_runner_module.decide
+
+        def decide_as_cuda(chunk_num_tokens, **kwargs):
+            kwargs["device_type"] = "cuda"
+            return real_decide(chunk_num_tokens, **kwargs)
+
+        model_runner_module.decide = decide_as_cuda
+    return llm
+
+
+def prompts(count: int, length: int = 24) -> list[list[int]]:
+    """As `e2e_vs_transformers.prompts_for`: BOS + 24 held-out tokens each."""
+    model_dir = default_model_path()
+    tok = Tokenizer.from_dir(model_dir)
+    ids = tok.encode((model_dir / "heldout_sample.txt").read_text(encoding="utf-8"))
+    step = max(1, (len(ids) - length) // count)
+    return [[tok.bos_token_id, *ids[(i * step) % (len(ids) - length):][:length]] for i in range(count)]
+
+
+def params_for(args: argparse.Namespace, count: int) -> list[SamplingParams]:
+    if not args.sampled:
+        return [SamplingParams(temperature=0, max_tokens=args.new_tokens, ignore_eos=True)] * count
+    # every other request sampled (seeded top-p), the rest greedy: the mixed batch
+    return [SamplingParams(temperature=0.8, top_p=0.9, seed=i, max_tokens=args.new_tokens, ignore_eos=True)
+            if i % 2 else SamplingParams(temperature=0, max_tokens=args.new_tokens, ignore_eos=True)
+            for i in range(count)]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    llm = build_llm(args)
+    engine = llm.engine
+    batch_prompts = prompts(args.batch)
+    # warm-up (allocations, tokenizer caches)
+    llm.generate(batch_prompts, [SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)] * args.batch)
+    timer, reads = ComponentTimer(), ReadCounter()
+    if not args.no_components:
+        timer.install()
+    if args.count_reads:
+        reads.install()
+    for i, (p, sp) in enumerate(zip(batch_prompts, params_for(args, args.batch), strict=True)):
+        engine.add_request(f"h{i}", p, sp)
+    engine.step()  # the prefill step (all prompts fit one step's budget)
+    step_s: list[float] = []
+    profiler = cProfile.Profile() if args.profile else None
+    timer.seconds.clear()
+    timer.calls.clear()
+    reads.active = True
+    num_tokens = 0
+    while engine.has_unfinished_requests():
+        if profiler is not None:
+            profiler.enable()
+        t0 = time.perf_counter()
+        outs = engine.step()
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+        step_s.append(time.perf_counter() - t0)
+        if profiler is not None:
+            profiler.disable()
+        num_tokens += len(outs)
+    reads.active = False
+    reads.uninstall()
+    steps = len(step_s)
+    result: dict[str, Any] = {
+        "device": args.device, "path": args.path, "batch": args.batch, "new_tokens": args.new_tokens,
+        "sampled": args.sampled, "decode_steps": steps,
+        "step_ms_median": 1e3 * statistics.median(step_s), "step_ms_mean": 1e3 * statistics.fmean(step_s),
+        "step_ms_min": 1e3 * min(step_s),
+        "components_ms_per_step": {k: 1e3 * v / steps for k, v in timer.seconds.items()},
+        "reads_per_step": {k: v / steps for k, v in reads.counts.most_common()},
+        "eager_reasons": dict(engine.runner.eager_stats.counts),
+    }
+    model_ms = result["components_ms_per_step"].get("    model (stand-in)", 0.0)
+    result["host_ms_excluding_model"] = result["step_ms_mean"] - model_ms
+    if profiler is not None:
+        stream = io.StringIO()
+        pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(45)
+        result["profile"] = stream.getvalue()
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--path", choices=("graph", "eager"), default="graph")
+    ap.add_argument("--sampled", action="store_true", help="every other request seeded top-p (else all greedy)")
+    ap.add_argument("--profile", action="store_true", help="print cProfile's top functions (cumulative)")
+    ap.add_argument("--count-reads", action="store_true", help="count host reads of tensor values by call site")
+    ap.add_argument("--no-components", action="store_true", help="no per-component wrappers (their own cost)")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    result = run(args)
+    if args.profile:
+        print(result["profile"])
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({k: v for k, v in result.items() if k != "profile"}, indent=1))
+    print(f"host_step: {args.batch} requests, {result['decode_steps']} decode steps, path {args.path}, "
+          f"device {args.device}, {'mixed greedy/top-p' if args.sampled else 'greedy'}")
+    print(f"  step ms: median {result['step_ms_median']:.3f}, mean {result['step_ms_mean']:.3f}, "
+          f"min {result['step_ms_min']:.3f}; excluding the stand-in model: {result['host_ms_excluding_model']:.3f}")
+    for label, ms in result["components_ms_per_step"].items():
+        print(f"  {label:<24} {ms:8.3f} ms/step")
+    if result["reads_per_step"]:
+        print("  host reads of tensor values per step:")
+        for site, n in result["reads_per_step"].items():
+            print(f"    {n:6.1f}  {site}")
+    if result["eager_reasons"]:
+        print(f"  eager steps: {result['eager_reasons']}")
+
+
+if __name__ == "__main__":
+    main()
