@@ -221,24 +221,26 @@ class LinearDispatcher:
             return "reference", weight
         return entry[1], entry[2]
 
-    def __call__(self, x: torch.Tensor, weight: object, *, quantize_input: bool = False) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, weight: object, *, quantize_input: bool = False,
+                 out_dtype: torch.dtype | None = None) -> torch.Tensor:
         backend, w = self._lookup(weight)
         if backend != "triton":
             from mxserve.kernels.linear.reference import linear_ref
 
-            return linear_ref(x, weight, quantize_input=quantize_input)
-        return self.linear_impl(x, w, quantize_input)
+            return linear_ref(x, weight, quantize_input=quantize_input, out_dtype=out_dtype)
+        return self.linear_impl(x, w, quantize_input, out_dtype)
 
     @staticmethod
-    def linear_impl(x: torch.Tensor, w: object, quantize_input: bool) -> torch.Tensor:
-        """The Triton linear on an already prepared weight."""
+    def linear_impl(x: torch.Tensor, w: object, quantize_input: bool, out_dtype: torch.dtype | None = None
+                    ) -> torch.Tensor:
+        """The Triton linear on an already prepared weight; `out_dtype` rounded by the launch itself."""
         if isinstance(w, QuantizedWeight):
             from mxserve.kernels.linear_fp8_block.triton import linear_fp8_block_triton
 
-            return linear_fp8_block_triton(x, w, quantize_input=quantize_input)
+            return linear_fp8_block_triton(x, w, quantize_input=quantize_input, out_dtype=out_dtype)
         from mxserve.kernels.linear_bf16.triton import linear_bf16_triton
 
-        return linear_bf16_triton(x, w)  # full-precision weights are never activation-quantized
+        return linear_bf16_triton(x, w, out_dtype=out_dtype)  # full-precision weights: never activation-quantized
 
     def grouped(self, x: torch.Tensor, weight: object) -> torch.Tensor:
         backend, w = self._lookup(weight)

@@ -21,7 +21,7 @@ from tests.kernels.linear_fp8_block.test_linear_fp8_block import CPU, DEVICE, fi
 from mxserve.kernels.linear_fp8_block import triton as launcher
 from mxserve.kernels.linear_fp8_block.triton import DecodeOptions, kb_per_group, linear_fp8_block_triton
 
-BEFORE = DecodeOptions(even=False, shape_rule=False)  # the launch as it was before the options
+BEFORE = DecodeOptions(even=False, shape_rule=False, fused_act_quant=False)  # the launch as it was before the options
 VARIANTS = {
     "default": DecodeOptions(),
     "in_program": DecodeOptions(one_group="in_program"),

@@ -55,6 +55,19 @@ def clamp_e4m3(v):
                       propagate_nan=tl.PropagateNan.ALL)
 
 
+@triton.jit
+def quantize_rows_e4m3(x):
+    """[rows, BLOCK] fp32 (masked-out elements 0) → (q [rows, BLOCK] fp32 e4m3fn values, e [rows]
+    int32) with x ≈ q · 2^e, one scale per row: THE faithful block quantization, shared by the
+    standalone launch below and the W8A8 linear's in-kernel quantization (X_MODE 4 of
+    `linear_fp8_block`), so both produce the same codes and scales by construction."""
+    amax = tl.max(tl.abs(x), axis=1)
+    has_nan = tl.max((x != x).to(tl.int32), axis=1) > 0  # the reference's NaN amax → the largest scale
+    e = tl.where(has_nan, 127, pow2_scale_exponent(amax))
+    q = round_e4m3(clamp_e4m3(x * exp2_bits(-e)[:, None]))
+    return q, e
+
+
 @triton.jit(do_not_specialize=["M"])  # run-time sizes: one compile for every value
 def _act_quant_fp8_kernel(
     x_ptr, out_ptr, scale_ptr, M, K, stride_xm, stride_om, stride_sm,
@@ -67,10 +80,7 @@ def _act_quant_fp8_kernel(
     cols = kb * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = (rows < M)[:, None] & (cols < K)[None, :]
     x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    amax = tl.max(tl.abs(x), axis=1)
-    has_nan = tl.max((x != x).to(tl.int32), axis=1) > 0  # the reference's NaN amax → the largest scale
-    e = tl.where(has_nan, 127, pow2_scale_exponent(amax))
-    q = round_e4m3(clamp_e4m3(x * exp2_bits(-e)[:, None]))
+    q, e = quantize_rows_e4m3(x)
     if CODES:
         out = out_ptr + rows[:, None].to(tl.int64) * stride_om + cols[None, :]
         tl.store(out, q.to(tl.float8e4nv).to(tl.uint8, bitcast=True), mask=mask)

@@ -17,12 +17,13 @@ from mxserve.kernels.linear.reference import (
 _BACKENDS = {"reference": linear_ref}
 
 
-def linear(x: torch.Tensor, weight: Weight, *, quantize_input: bool = False, backend: str = "reference") -> torch.Tensor:
+def linear(x: torch.Tensor, weight: Weight, *, quantize_input: bool = False, backend: str = "reference",
+           out_dtype: torch.dtype | None = None) -> torch.Tensor:
     try:
         impl = _BACKENDS[backend]
     except KeyError:
         raise ValueError(f"linear: unknown backend {backend!r}; known: {sorted(_BACKENDS)}") from None
-    return impl(x, weight, quantize_input=quantize_input)
+    return impl(x, weight, quantize_input=quantize_input, out_dtype=out_dtype)
 
 
 __all__ = [

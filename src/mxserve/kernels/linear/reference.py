@@ -66,12 +66,19 @@ def is_quantized(weight: Weight) -> bool:
     return isinstance(weight, QuantizedWeight) or (isinstance(weight, ResidentWeight) and weight.is_quantized)
 
 
-def linear_ref(x: torch.Tensor, weight: Weight, *, quantize_input: bool = False) -> torch.Tensor:
-    """x [..., in] (any float dtype) · weight [out, in]ᵀ → fp32 [..., out].
+def linear_ref(x: torch.Tensor, weight: Weight, *, quantize_input: bool = False,
+               out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x [..., in] (any float dtype) · weight [out, in]ᵀ → fp32 [..., out], or `out_dtype`.
 
     `quantize_input` applies the FP8 activation QAT (block 128) first; it only makes sense for
     a quantized weight and is ignored for full-precision ones (the release keeps those unquantized).
+    `out_dtype` (None: fp32) rounds the fp32 result once with `.to(out_dtype)` — the contract the
+    kernels' output-dtype epilogues reproduce bit for bit (the callers' former `.to(sd)`).
     """
+    return _linear_fp32(x, weight, quantize_input).to(out_dtype or torch.float32)
+
+
+def _linear_fp32(x: torch.Tensor, weight: Weight, quantize_input: bool) -> torch.Tensor:
     out_features, in_features = weight_shape(weight)
     if x.shape[-1] != in_features:
         raise ValueError(f"linear: {x.shape=} does not match weight in_features={in_features}")

@@ -29,9 +29,13 @@ from mxserve.kernels.linear_fp8_block.triton import (
 _X_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def linear_bf16_triton(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x [..., K] · W[N, K]ᵀ → fp32 [..., N] for a bf16 weight."""
+def linear_bf16_triton(x: torch.Tensor, weight: torch.Tensor, *, out_dtype: torch.dtype | None = None
+                       ) -> torch.Tensor:
+    """x [..., K] · W[N, K]ᵀ → fp32 [..., N] for a bf16 weight; `out_dtype` (bf16/fp16) is rounded to
+    nearest even by the launch's final store (the block-dot kernel's epilogue): `.to(out_dtype)`'s bits."""
     weight = check_bf16_weight(weight)
+    if out_dtype not in (None, *_X_DTYPES):
+        raise ValueError(f"linear_bf16: out_dtype must be None or one of {_X_DTYPES}, got {out_dtype=}")
     n, k = weight.shape
     if x.dtype not in _X_DTYPES or x.shape[-1] != k:
         raise ValueError(f"linear_bf16: x must be [..., {k}] in {_X_DTYPES}, got {tuple(x.shape)=} {x.dtype=}")
@@ -46,7 +50,7 @@ def linear_bf16_triton(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
     m = x2.shape[0]
-    out = torch.empty((m, n), dtype=torch.float32, device=x.device)
+    out = torch.empty((m, n), dtype=out_dtype or torch.float32, device=x.device)
     if m == 0 or n == 0:
         return out.reshape(*lead, n)
 

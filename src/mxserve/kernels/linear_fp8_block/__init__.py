@@ -21,18 +21,21 @@ BACKENDS = ("reference", "triton")
 
 
 def linear_fp8_block(
-    x: torch.Tensor, weight: QuantizedWeight, *, quantize_input: bool = False, backend: str = "reference"
+    x: torch.Tensor, weight: QuantizedWeight, *, quantize_input: bool = False, backend: str = "reference",
+    out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """x [..., K] · W[N, K]ᵀ → fp32 [..., N] for an FP8_BLOCK weight with 128x128 UE8M0 scales.
 
     `quantize_input` runs W8A8 (activations fake-quantized to e4m3fn per token per 128 channels).
+    `out_dtype` (None: fp32; bf16/fp16): the fp32 result rounded to nearest even, bit for bit
+    `.to(out_dtype)` of the fp32 result (the Triton launch rounds in its final store).
     """
     if backend == "reference":
-        return linear_fp8_block_ref(x, weight, quantize_input=quantize_input)
+        return linear_fp8_block_ref(x, weight, quantize_input=quantize_input, out_dtype=out_dtype)
     if backend == "triton":
         from mxserve.kernels.linear_fp8_block.triton import linear_fp8_block_triton
 
-        return linear_fp8_block_triton(x, weight, quantize_input=quantize_input)
+        return linear_fp8_block_triton(x, weight, quantize_input=quantize_input, out_dtype=out_dtype)
     raise ValueError(f"linear_fp8_block: unknown backend {backend!r}; known: {list(BACKENDS)}")
 
 

@@ -68,6 +68,22 @@ Activation preparation (X_MODE):
   lose to W8A8 through the per-block activation preparation — amax reduction by shuffles, fp16
   tile stored to shared memory, two more barriers per block — rather than the weight widening?).
   Same operands into the same MMA as X_MODE 0, so the same bits.
+- 4: float x (fp32/bf16/fp16) quantized in the program to e4m3fn codes and power-of-two scales
+  (W8A8 with the activation quantization fused: no separate `act_quant` launch, decode). Each
+  program quantizes its own (row, 128-block) slices of x with `quantize_rows_e4m3`, the very JIT
+  helper of the standalone `_act_quant_fp8_kernel`: quantization is a pure function of one
+  (row, 128-block), so the codes are those the standalone launch stores, the scale 2^e the one it
+  stores, and from there the operands and arithmetic are X_MODE 1's: the same bits. The price is
+  redundant work (every output tile re-quantizes x's 16 x 128 tile per block: an amax reduction
+  and ~10 ALU ops per element, small beside a 64 x 128 weight tile, but on the K loop's path).
+
+Output dtype: the final store (the in-program sum, the fused sum's last program, or
+`_sum_groups_kernel`) rounds the fp32 result to the output tensor's dtype (`_to_out`); split
+partials stay fp32. bf16 is rounded with torch's own integer recipe (c10 `round_to_nearest_even`:
+bits + 0x7FFF + lsb, NaN → 0x7FC0) rather than Triton's cast, whose interpreter twin rounds ties
+away and can lose the carry into the exponent (triton 3.9) — so the CPU tests check the very
+arithmetic the GPU runs; fp16 uses the cast (cvt.rn on the GPU, numpy's RNE in the interpreter).
+So an `out_dtype=torch.bfloat16` launch equals the fp32 launch followed by `.to(torch.bfloat16)`.
 """
 
 from __future__ import annotations
@@ -75,11 +91,25 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mxserve.kernels.act_quant._act_quant_kernel import exp2_bits, quantize_rows_e4m3
+
 
 @triton.jit
 def _pow2(e):
     """2^e as fp32 for integer e in [-126, 127], built from its bit pattern (exact)."""
     return ((e + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _to_out(v, out_ptr):
+    """fp32 v rounded to out_ptr's element type, bit for bit torch's `.to()` (module docstring)."""
+    if out_ptr.dtype.element_ty == tl.bfloat16:
+        bits = v.to(tl.uint32, bitcast=True)
+        r = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
+        r = tl.where(v != v, 0x7FC0, r)
+        return r.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        return v.to(out_ptr.dtype.element_ty)  # fp32: unchanged; fp16: round to nearest even
 
 
 @triton.jit
@@ -137,6 +167,13 @@ def _block_partial(
         inv = tl.load(xs_ptr + offs_m * stride_xsm + kb, mask=m_mask, other=0.0)
         hi = x.to(tl.float8e4nv, bitcast=True)
         lo = hi
+    elif X_MODE == 4:
+        # W8A8 with the activation quantization fused (module docstring): masked-out rows and
+        # channels load as 0, as in the standalone launch, so amax and the codes are its own
+        q, e = quantize_rows_e4m3(x.to(tl.float32))
+        inv = exp2_bits(e)
+        hi = q.to(tl.float8e4nv)  # exact: q is an e4m3fn value (the standalone launch's code)
+        lo = hi
     elif X_MODE == 3:
         # prepared by `_prep_x_kernel` (the X_MODE 0 values: same helper, same bits); the tile goes
         # from cp.async straight to the MMA, as W8A8's codes do, without the per-block reduction
@@ -162,7 +199,7 @@ def _block_partial(
             wo = w_val
         else:
             wo = w_val.to(tl.float16)  # e4m3 → fp16 is exact (and one cvt per pair)
-        if X_MODE == 1:
+        if X_MODE == 1 or X_MODE == 4:
             hi = hi.to(tl.float16)
         blk = tl.dot(wo, tl.trans(hi))
         if X_PIECES == 2:
@@ -195,7 +232,7 @@ def _group_partial(
             # consumed ~70 instructions later). Weight-only loads it one block ahead by hand
             # (the same value, so the same bits); W8A8 keeps the in-place load: with the prefetch
             # it took 84 registers instead of 72, 5 programs per SM instead of 6 (Triton 3.9, sm_90)
-            if X_MODE == 1:
+            if X_MODE == 1 or X_MODE == 4:
                 s = tl.load(scale_row + kb, mask=kb < num_kb, other=127)
             else:
                 s = s_next
@@ -266,7 +303,8 @@ def _blockdot_kernel(
     # out is [S or 1, M, G·N]; the tile is transposed on the way out
     o_mask = n_mask[:, None] & m_mask[None, :]
     tile_offs = offs_m[None, :] * stride_om + (grp * N + offs_n)[:, None]
-    tl.store(out_ptr + split * stride_os + tile_offs, total, mask=o_mask)
+    # the partials' workspace is fp32; without a split this is the output (out_dtype: rounded here)
+    tl.store(out_ptr + split * stride_os + tile_offs, _to_out(total, out_ptr), mask=o_mask)
     if FUSED_SUM:
         # Single-launch ordered split-K (why it is correct: the module docstring, "Fused sum").
         tl.debug_barrier()  # bar.sync: every thread's partial stores precede the release below
@@ -292,7 +330,7 @@ def _blockdot_kernel(
                 acc += p5
                 acc += p6
                 acc += p7
-            tl.store(sum_ptr + tile_offs, acc, mask=o_mask)
+            tl.store(sum_ptr + tile_offs, _to_out(acc, sum_ptr), mask=o_mask)  # out_dtype: rounded here
             tl.store(cnt_ptr + tile, 0)  # no other program of this launch touches it again
 
 
@@ -328,7 +366,7 @@ def _sum_groups_kernel(part_ptr, out_ptr, numel, stride_g, NUM_GROUPS: tl.conste
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for g in tl.static_range(NUM_GROUPS):
         acc += tl.load(part_ptr + g * stride_g + offs, mask=mask, other=0.0)
-    tl.store(out_ptr + offs, acc, mask=mask)
+    tl.store(out_ptr + offs, _to_out(acc, out_ptr), mask=mask)  # out_dtype: rounded here
 
 
 @triton.jit(do_not_specialize=['M'])  # run-time size: one compile for every value

@@ -44,12 +44,14 @@ def check_fp8_block_weight(weight: object) -> QuantizedWeight:
     return weight
 
 
-def linear_fp8_block_ref(x: torch.Tensor, weight: QuantizedWeight, *, quantize_input: bool = False) -> torch.Tensor:
+def linear_fp8_block_ref(x: torch.Tensor, weight: QuantizedWeight, *, quantize_input: bool = False,
+                         out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """x [..., K] (any float dtype) · W[N, K]ᵀ → fp32 [..., N], W = fp8(codes) · 2^(scale-127) per block.
 
     `quantize_input` first fake-quantizes x to e4m3fn per token per 128 channels (W8A8).
+    `out_dtype` (None: fp32): the fp32 result rounded once by `.to(out_dtype)`.
     """
-    return linear_ref(x, check_fp8_block_weight(weight), quantize_input=quantize_input)
+    return linear_ref(x, check_fp8_block_weight(weight), quantize_input=quantize_input, out_dtype=out_dtype)
 
 
 def quantize_activation_fp8_block(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,6 +7,12 @@ Paths (the kernel files say why the arithmetic is ordered the way it is):
 - W8A8 (`quantize_input`): x quantized per token per 128 channels to e4m3fn codes with
   power-of-two scales (`quantize_activation_fp8_block`, equal to the faithful fake quantization);
   the dot runs on FP8 tensor cores (sm_89+), else both sides widen to fp16 (exact products).
+  Decode launches quantize x inside the linear's programs (`DecodeOptions.fused_act_quant`, on by
+  default: one launch instead of two, the same codes, scales and output bits — the kernel
+  docstring's X_MODE 4); `fused_act_quant=False` is the off switch (the `act_quant` launch first).
+- output dtype (`out_dtype`, fp32 by default): bf16/fp16 results are rounded (to nearest even) by
+  the launch's final store, the same bits as the fp32 result followed by `.to(out_dtype)` and one
+  cast launch fewer. The opt-in GEMV and fast-prefill tiles cast after their launch instead.
 - launch shapes (`tile`): "decode" = 16-token tile, BLOCK_N x (KB_PER_GROUP·128) weight slab per
   program on a fixed split-K grid (one group per program, also when the layer has one group);
   "prefill" = tiled GEMM; "auto" = decode for M <= 16. Same arithmetic in both, so rows are
@@ -142,6 +148,9 @@ class DecodeOptions:
     one_group: str = "split"  # decode of a one-group layer: "split" (issue 9 call 3) or "in_program" (before)
     wo_config: tuple[int, int, int] | None = None  # decode weight-only (BLOCK_N, warps, stages)
     shape_rule: bool = True  # unset fields by the measured rule (LARGE_DECODE_WEIGHTS)
+    # decode W8A8: the programs quantize their own slices of x (X_MODE 4, one launch) instead of
+    # reading codes + scales from an `act_quant` launch (X_MODE 1); same bits (tested). Off switch.
+    fused_act_quant: bool = True
 
     def __post_init__(self) -> None:
         if self.one_group not in ("split", "in_program"):
@@ -246,14 +255,16 @@ def _lut(weight: QuantizedWeight) -> torch.Tensor:
 
 def linear_fp8_block_triton(
     x: torch.Tensor, weight: QuantizedWeight, *, quantize_input: bool = False, tile: str = "auto",
-    weight_decode: str = "auto", split_sum: str = "auto",
+    weight_decode: str = "auto", split_sum: str = "auto", out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """x [..., K] · W[N, K]ᵀ → fp32 [..., N] (see `linear_fp8_block_ref` for the contract).
+    """x [..., K] · W[N, K]ᵀ → [..., N] in `out_dtype` (None: fp32), see `linear_fp8_block_ref`.
 
     `tile`, `split_sum`: see the module docstring. `weight_decode`: "auto" (native e4m3fn
-    conversion for e4m3fn, value table otherwise) or "lut"."""
+    conversion for e4m3fn, value table otherwise) or "lut". `out_dtype` bf16/fp16: the fp32
+    result rounded to nearest even (== `.to(out_dtype)`), by the launch itself where it can."""
     weight = check_fp8_block_weight(weight)
     n, k = weight.shape
+    out_dtype = _check_out_dtype(out_dtype)
     if x.dtype not in _X_DTYPES:
         raise ValueError(f"linear_fp8_block: x must be one of {_X_DTYPES}, got {x.dtype=}")
     if x.shape[-1] != k:
@@ -267,7 +278,7 @@ def linear_fp8_block_triton(
     if tile == "gemv":
         if quantize_input:
             x2 = fake_quant_fp8(x2.float(), block=BLOCK_K)  # exact values; products exact in fp32
-        out = launch_gemv_fp8_block(x2, weight, weight_decode=weight_decode)
+        out = launch_gemv_fp8_block(x2, weight, weight_decode=weight_decode).to(out_dtype)  # a cast launch
     elif tile == "prefill_fast":
         if weight_decode != "auto" or weight.fmt != E4M3FN:
             raise ValueError(f"linear_fp8_block: tile='prefill_fast' takes e4m3fn weights (to_ocp_weight) and "
@@ -277,17 +288,42 @@ def linear_fp8_block_triton(
             out = launch_prefill_fast(x_codes, weight, x_scales=x_scales)
         else:
             out = launch_prefill_fast(x2, weight)
+        out = out.to(out_dtype)  # a cast launch (this tile has no output-dtype epilogue)
+    elif quantize_input and x2.shape[0] and _fuses_act_quant(x2, tile):
+        # decode W8A8, one launch: the programs quantize their own slices of x (same codes and scales)
+        out = launch_linear_fp8_block(x2, weight, quantize_x=True, tile=tile, weight_decode=weight_decode,
+                                      split_sum=split_sum, out_dtype=out_dtype)
     elif quantize_input and x2.shape[0]:
         x_codes, x_scales = quantize_fp8_block(x2)  # fused kernel, bit-identical to the twin
         out = launch_linear_fp8_block(x_codes, weight, x_scales=x_scales, tile=tile, weight_decode=weight_decode,
-                                      split_sum=split_sum)
+                                      split_sum=split_sum, out_dtype=out_dtype)
     elif _uses_prepared_x(x2, weight, tile, weight_decode):
         x_hi, x_inv = prepare_activation_fp16(x2)  # the in-kernel preparation's bits, once per call
         out = launch_linear_fp8_block(x_hi, weight, tile=tile, weight_decode=weight_decode, split_sum=split_sum,
-                                      x_inv=x_inv)
+                                      x_inv=x_inv, out_dtype=out_dtype)
     else:
-        out = launch_linear_fp8_block(x2, weight, tile=tile, weight_decode=weight_decode, split_sum=split_sum)
+        out = launch_linear_fp8_block(x2, weight, tile=tile, weight_decode=weight_decode, split_sum=split_sum,
+                                      out_dtype=out_dtype)
     return out.reshape(*lead, n)
+
+
+OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _check_out_dtype(out_dtype: torch.dtype | None) -> torch.dtype:
+    """None → fp32; else one of OUT_DTYPES (ValueError naming the value)."""
+    if out_dtype is None:
+        return torch.float32
+    if out_dtype not in OUT_DTYPES:
+        raise ValueError(f"linear_fp8_block: out_dtype must be None or one of {OUT_DTYPES}, got {out_dtype=}")
+    return out_dtype
+
+
+def _fuses_act_quant(x2: torch.Tensor, tile: str) -> bool:
+    """`DecodeOptions.fused_act_quant`: a decode launch (the prefill tile would re-quantize x once
+    per output tile of 128 features, and its act_quant launch is a small part of a GEMM)."""
+    is_decode = tile == "decode" or (tile == "auto" and x2.shape[0] <= DECODE_MAX_M)
+    return is_decode and _decode_options["value"].fused_act_quant
 
 
 def _uses_prepared_x(x2: torch.Tensor, weight: QuantizedWeight, tile: str, weight_decode: str) -> bool:
@@ -371,12 +407,18 @@ def prepare_activation_fp16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 def launch_linear_fp8_block(
     x_op: torch.Tensor, weight: QuantizedWeight, *, x_scales: torch.Tensor | None = None, tile: str = "auto",
     weight_decode: str = "auto", groups: int = 1, split_sum: str = "auto", x_inv: torch.Tensor | None = None,
+    quantize_x: bool = False, out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """The tensor-core kernel on float x [M, K] (or [M, G, K] with `groups`), or (W8A8) e4m3fn
     codes x_op uint8 [M, K] with `x_scales` fp32 [M, ceil(K/128)], or (prepared, see
-    `prepare_activation_fp16`) fp16 x_op [M, K] with `x_inv` fp32 [M, ceil(K/128)]. → fp32 [M, N].
+    `prepare_activation_fp16`) fp16 x_op [M, K] with `x_inv` fp32 [M, ceil(K/128)], or (W8A8,
+    `quantize_x`) float x [M, K] quantized inside the programs. → [M, N] in `out_dtype` (None: fp32).
     Public so benchmarks can time the GEMM apart from the activation quantization/preparation."""
     weight = check_fp8_block_weight(weight)
+    out_dtype = _check_out_dtype(out_dtype)
+    if quantize_x and (x_scales is not None or x_inv is not None or groups != 1 or x_op.dtype not in _X_DTYPES):
+        raise ValueError(f"linear_fp8_block: quantize_x takes float x [M, K] alone (no x_scales / x_inv, one group); "
+                         f"got {x_op.dtype=} {x_scales is None=} {x_inv is None=} {groups=}")
     if x_inv is not None:
         if x_scales is not None or groups != 1 or x_op.dtype != torch.float16:
             raise ValueError(f"linear_fp8_block: x_inv takes fp16 x from prepare_activation_fp16, no x_scales, one "
@@ -394,13 +436,13 @@ def launch_linear_fp8_block(
     rows, k = weight.shape
     n = rows // groups  # output features per group
     m = x_op.shape[0]
-    out = torch.empty((m, rows), dtype=torch.float32, device=x_op.device)
+    out = torch.empty((m, rows), dtype=out_dtype, device=x_op.device)
     if m == 0 or rows == 0:
         return out
 
     # --- launch parameters ---------------------------------------------------------------------
-    x_fp8 = x_scales is not None
-    x_mode = 1 if x_fp8 else (3 if x_inv is not None else 0)
+    x_fp8 = x_scales is not None or quantize_x  # e4m3fn activation codes (loaded, or made in the program)
+    x_mode = 4 if quantize_x else (1 if x_scales is not None else (3 if x_inv is not None else 0))
     use_lut = weight_decode == "lut" or weight.fmt != E4M3FN
     if interpreting():
         dot = 0  # fp32 product-sum: the interpreter's fp16/bf16 dot is wrong
