@@ -21,8 +21,12 @@ Variants ("how the multiply runs"; all compute the same math, tolerances in test
           128-K blocks of codes, scales and activations in flight (`stream.py`,
           `_experts_stream_kernel.py`); larger calls as "bf16-split". "bf16" takes it by itself up to
           STREAM_DEFAULT_MAX_PAIRS pairs, where it measured faster than the split decode.
-  "bf16-fused"  "bf16" with the split decode off (the fused gate/up+SwiGLU kernel at every size):
-          the off switch, and the baseline the benchmark times the split decode against.
+  "bf16-prefill"  "bf16-split"'s bits in the prefill tile (`prefill.py`, `_experts_prefill_kernel.py`:
+          the stream decode's pipelined K loop over 64/128-row blocks of the sort, gate and up in one
+          loop) at every size. "bf16" takes it by itself for prefill-sized calls (above the split
+          decode's sizes) on experts the split decode applies to; others keep the fused tile.
+  "bf16-fused"  "bf16" with the split decode and the prefill tile off (the fused gate/up+SwiGLU
+          kernel at every size): the off switch, and the baseline the benchmark times them against.
 Tile shapes depend on the number of pairs (decode: 16-row blocks; prefill: 64), never on the
 values, and a row's K order does not depend on the tile, so results are batch invariant.
 """
@@ -48,11 +52,12 @@ from mxserve.kernels.moe._experts_split_kernel import (
 from mxserve.kernels.moe.align import align_triton
 from mxserve.kernels.moe.chooser import MAX_SPLIT_SCALE_BYTE
 from mxserve.kernels.moe.reference import ExpertWeights
+from mxserve.kernels.moe.prefill import prefill_experts
 from mxserve.kernels.moe.router import check_device, interpreting
 from mxserve.kernels.moe.stream import applies as stream_applies
 from mxserve.kernels.moe.stream import stream_decode
 
-VARIANTS = ("bf16", "bf16-fused", "w4a8", "bf16-split", "bf16-stream")
+VARIANTS = ("bf16", "bf16-fused", "w4a8", "bf16-split", "bf16-stream", "bf16-prefill")
 DECODE_MAX_PAIRS = 256  # up to this many (token, slot) pairs a launch uses 16-row blocks
 TILES = {  # (BLOCK_M, num_warps, num_stages); BLOCK_N is 128 (one FP8 activation block of h)
     "decode": (16, 4, 3),
@@ -218,24 +223,28 @@ def moe_experts_triton(
     if num_tokens == 0:
         return torch.zeros((0, st.dim), dtype=torch.float32, device=x.device)
     num_pairs = num_tokens * top_k
-    split = variant in ("bf16-split", "bf16-stream") or (variant == "bf16" and st.takes_split_decode)
-    if variant in ("bf16-split", "bf16-stream") and st.fmt != "mxfp4":
+    cheap_decode = ("bf16-split", "bf16-stream", "bf16-prefill")  # the variants of the bf16 2^(b-1) decode
+    split = variant in cheap_decode or (variant == "bf16" and st.takes_split_decode)
+    if variant in cheap_decode and st.fmt != "mxfp4":
         raise ValueError(f"moe_experts: variant {variant!r} reads MXFP4 experts, these are {st.fmt}")
-    if variant in ("bf16-split", "bf16-stream") and not st.takes_split_decode:
+    if variant in cheap_decode and not st.takes_split_decode:
         raise ValueError(f"moe_experts: variant {variant!r} needs scale bytes <= {MAX_SPLIT_SCALE_BYTE}, these reach "
                          f"{st.max_scale_byte()} > {MAX_SPLIT_SCALE_BYTE} (its bf16 factor would overflow)")
     stream = variant == "bf16-stream" or (variant == "bf16" and split and num_pairs <= STREAM_DEFAULT_MAX_PAIRS)
     if stream and tile != "prefill" and stream_applies(num_pairs):
         return stream_decode(x, expert_ids, weights, st, limit=limit, quantize_inputs=quantize_inputs,
                              hidden_dtype=hidden_dtype)
+    max_decode_pairs = SPLIT_MAX_PAIRS_PER_EXPERT * st.num_experts if split else DECODE_MAX_PAIRS
+    is_decode = tile == "decode" or (tile == "auto" and num_pairs <= max_decode_pairs)
+    if variant == "bf16-prefill" or (variant == "bf16" and split and not is_decode):
+        return prefill_experts(x, expert_ids, weights, st, limit=limit, quantize_inputs=quantize_inputs,
+                               hidden_dtype=hidden_dtype)
     out = torch.empty((num_tokens, st.dim), dtype=torch.float32, device=x.device)  # the combine writes all of it
 
     # --- launch parameters ---------------------------------------------------------------------
     x_fp8 = variant == "w4a8"
     dot = 0 if interpreting() else (2 if x_fp8 else 1)
     w_fmt = 0 if st.fmt == "mxfp4" else 1
-    max_decode_pairs = SPLIT_MAX_PAIRS_PER_EXPERT * st.num_experts if split else DECODE_MAX_PAIRS
-    is_decode = tile == "decode" or (tile == "auto" and num_pairs <= max_decode_pairs)
     block_m, num_warps, num_stages = TILES["decode" if is_decode else "prefill"]
     if interpreting():
         block_m, num_warps, num_stages = (16 if is_decode else 32), 4, 1
