@@ -62,11 +62,12 @@ def _activations(m: int, k: int, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("n,k", [(72, 700), (128, 256)])
 @pytest.mark.parametrize("xdtype", [torch.bfloat16, torch.float32])
 def test_fused_equals_two_launch_bitwise(n: int, k: int, xdtype: torch.dtype) -> None:
-    """M = 1, 3, 16 (one 16-row decode tile); K = 700 is not a multiple of 128 (a 60-channel last
-    block) and N = 72 leaves a partial feature tile; 128 x 256 takes the mask-free (EVEN) loads."""
+    """M = 1, 2 (only the live rows quantized, XQ_ROWS), 3 and 16 (the whole 16-row decode tile);
+    K = 700 is not a multiple of 128 (a 60-channel last block) and N = 72 leaves a partial feature
+    tile; 128 x 256 takes the mask-free (EVEN) loads."""
     w = weight(n, k, seed=n + k)
     x = _activations(16, k, seed=k).to(xdtype)
-    for m in (1, 3, 16):
+    for m in (1, 2, 3, 16):
         fused = _run(None, x[:m], w, quantize_input=True)
         twin = _run(TWO_LAUNCH, x[:m], w, quantize_input=True)
         assert _same_bits(fused, twin), f"{m=}: {first_mismatch(fused, twin)}"
@@ -89,7 +90,7 @@ def test_in_kernel_codes_times_scales_are_the_faithful_values() -> None:
 
 
 def test_fused_rows_are_batch_invariant() -> None:
-    """Rows of M = 1 and 3 equal those of M = 16 (all fused decode) and of M = 40 through the
+    """Rows of M = 1, 2 and 3 equal those of M = 16 (all fused decode) and of M = 40 through the
     prefill tile (act_quant launch + the GEMM launch): the bits depend on neither M nor the path."""
     n, k = 72, 520
     w = weight(n, k, seed=31)
@@ -97,7 +98,7 @@ def test_fused_rows_are_batch_invariant() -> None:
     prefill = _run(None, x, w, quantize_input=True)
     full = _run(None, x[:16], w, quantize_input=True)
     assert torch.equal(full, prefill[:16]), first_mismatch(full, prefill[:16])
-    for m in (1, 3):
+    for m in (1, 2, 3):
         part = _run(None, x[:m], w, quantize_input=True)
         assert torch.equal(part, prefill[:m]), f"M={m}: {first_mismatch(part, prefill[:m])}"
 
@@ -126,6 +127,7 @@ def test_out_dtype_equals_the_cast(out_dtype: torch.dtype) -> None:
     x = torch.randn(20, 700, generator=torch.Generator().manual_seed(3)).to(DEVICE) * 40.0
     cases = {
         "fused w8a8": (None, x[:3], w, dict(quantize_input=True)),
+        "fused w8a8, one row": (None, x[:1], w, dict(quantize_input=True)),
         "fused w8a8, two-launch sum": (None, x[:3], w, dict(quantize_input=True, split_sum="two_launch")),
         "w8a8 act_quant launch": (TWO_LAUNCH, x[:3], w, dict(quantize_input=True)),
         "weight-only bf16 x": (None, x[:3].bfloat16(), w, {}),

@@ -76,6 +76,11 @@ Activation preparation (X_MODE):
   stores, and from there the operands and arithmetic are X_MODE 1's: the same bits. The price is
   redundant work (every output tile re-quantizes x's 16 x 128 tile per block: an amax reduction
   and ~10 ALU ops per element, small beside a 64 x 128 weight tile, but on the K loop's path).
+  Few rows (XQ_ROWS > 0, set by the launcher when M <= XQ_ROWS < BLOCK_M, i.e. one row tile):
+  only rows 0 .. XQ_ROWS-1 are loaded and quantized, then broadcast into the MMA's 16-row tile
+  with the rest zeroed — the zero rows the full tile would have quantized to code 0. Same codes
+  for every live row, same MMA operands, same bits; at M = 1 the quantization's K-loop
+  instructions drop ~16-fold (sm90_compile.py).
 
 Output dtype: the final store (the in-program sum, the fused sum's last program, or
 `_sum_groups_kernel`) rounds the fp32 result to the output tensor's dtype (`_to_out`); split
@@ -136,23 +141,31 @@ def _scale_to_fp16(xf):
 
 @triton.jit
 def _block_partial(
-    x_ptr, xs_ptr, w_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, kb, K, stride_xm, stride_xsm, stride_wn,
-    X_MODE: tl.constexpr, X_PIECES: tl.constexpr, DOT: tl.constexpr, W_KIND: tl.constexpr, EVEN: tl.constexpr,
+    x_ptr, xs_ptr, w_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, kb, M, K, stride_xm, stride_xsm, stride_wn,
+    BLOCK_M: tl.constexpr, X_MODE: tl.constexpr, X_PIECES: tl.constexpr, DOT: tl.constexpr, W_KIND: tl.constexpr,
+    EVEN: tl.constexpr, XQ_ROWS: tl.constexpr,
 ):
     """One 128-K block: the [BLOCK_N, BLOCK_M] partial sum, times the activation scale (not yet
     the weight block scale). EVEN: every block of the grid is in range (the launcher checks N, K
     and the grouping), so the weight tile loads unmasked and x keeps only its row mask: the same
-    values, ~25 fewer instructions per block (per-row predicates of the 8-byte cp.asyncs)."""
+    values, ~25 fewer instructions per block (per-row predicates of the 8-byte cp.asyncs).
+    XQ_ROWS (X_MODE 4, > 0): M <= XQ_ROWS < BLOCK_M, so only rows 0 .. XQ_ROWS-1 are loaded and
+    quantized (the kernel docstring, "few rows")."""
     offs_k = kb * 128 + tl.arange(0, 128)
+    if X_MODE == 4 and XQ_ROWS > 0:
+        x_rows = tl.arange(0, XQ_ROWS)  # one row tile (pid_m = 0): M <= XQ_ROWS
+        x_mask = (x_rows < M)[:, None]
+    else:
+        x_rows = offs_m
+        x_mask = m_mask[:, None]
     if EVEN:
         w = tl.load(w_ptr + w_rows[:, None] * stride_wn + offs_k[None, :])
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_mask[:, None], other=0)
+        x = tl.load(x_ptr + x_rows[:, None] * stride_xm + offs_k[None, :], mask=x_mask, other=0)
     else:
         k_mask = offs_k < K
         w = tl.load(w_ptr + w_rows[:, None] * stride_wn + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :],
                     other=0)
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_mask[:, None] & k_mask[None, :],
-                    other=0)
+        x = tl.load(x_ptr + x_rows[:, None] * stride_xm + offs_k[None, :], mask=x_mask & k_mask[None, :], other=0)
     # --- weight operand --------------------------------------------------------------------------
     if W_KIND == 0:
         w_val = w.to(tl.float8e4nv, bitcast=True)  # e4m3fn codes
@@ -172,6 +185,12 @@ def _block_partial(
         # channels load as 0, as in the standalone launch, so amax and the codes are its own
         q, e = quantize_rows_e4m3(x.to(tl.float32))
         inv = exp2_bits(e)
+        if XQ_ROWS > 0:
+            # [XQ_ROWS, 128] → the MMA's [BLOCK_M, 128] tile: row r holds row r % XQ_ROWS, then the
+            # rows >= XQ_ROWS (never live) are zeroed; their scales do not matter (codes 0, masked out)
+            q = tl.reshape(tl.broadcast_to(q[None, :, :], (BLOCK_M // XQ_ROWS, XQ_ROWS, 128)), (BLOCK_M, 128))
+            q = tl.where((tl.arange(0, BLOCK_M) < XQ_ROWS)[:, None], q, 0.0)
+            inv = tl.reshape(tl.broadcast_to(inv[None, :], (BLOCK_M // XQ_ROWS, XQ_ROWS)), (BLOCK_M,))
         hi = q.to(tl.float8e4nv)  # exact: q is an e4m3fn value (the standalone launch's code)
         lo = hi
     elif X_MODE == 3:
@@ -211,10 +230,11 @@ def _block_partial(
 
 @triton.jit
 def _group_partial(
-    x_ptr, xs_ptr, w_ptr, ws_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, scale_row, kb0, num_kb, K,
+    x_ptr, xs_ptr, w_ptr, ws_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, scale_row, kb0, num_kb, M, K,
     stride_xm, stride_xsm, stride_wn,
     KB_PER_GROUP, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     X_MODE: tl.constexpr, X_PIECES: tl.constexpr, DOT: tl.constexpr, W_KIND: tl.constexpr, EVEN: tl.constexpr,
+    XQ_ROWS: tl.constexpr,
 ):
     """Sum over the group's K blocks kb0 .. kb0+KB_PER_GROUP-1 (those < num_kb), each block's
     partial already scaled; blocks past the end contribute exact zeros (none exist when EVEN)."""
@@ -223,8 +243,8 @@ def _group_partial(
         s_next = tl.load(scale_row + kb0, mask=kb0 < num_kb, other=127)  # weight-only (X_MODE != 1)
     for j in range(KB_PER_GROUP):
         kb = kb0 + j
-        blk = _block_partial(x_ptr, xs_ptr, w_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, kb, K,
-                             stride_xm, stride_xsm, stride_wn, X_MODE, X_PIECES, DOT, W_KIND, EVEN)
+        blk = _block_partial(x_ptr, xs_ptr, w_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, kb, M, K,
+                             stride_xm, stride_xsm, stride_wn, BLOCK_M, X_MODE, X_PIECES, DOT, W_KIND, EVEN, XQ_ROWS)
         if W_KIND != 2:
             # the weight block scale, once per 128x128 weights. The pipeliner leaves this one-byte
             # load in place: loaded in the block that uses it, its L2 round trip sat between the
@@ -264,6 +284,7 @@ def _blockdot_kernel(
     EVEN: tl.constexpr = False,  # no partial tiles or blocks: N % 128 == 0, K % 128 == 0, groups divide K
     PDL: tl.constexpr = False,  # launched as a programmatic dependent launch (see "Early start" above)
     PDL_BLOCKS: tl.constexpr = 4,  # PDL: 128-K weight blocks per program prefetched to L2 before the wait
+    XQ_ROWS: tl.constexpr = 0,  # X_MODE 4 with M <= XQ_ROWS < BLOCK_M: quantize only those rows (0: the tile)
 ):
     """Grid (cdiv(N, BLOCK_N), cdiv(M, BLOCK_M), G·S): N is the per-group output width; group g of
     a block-diagonal weight reads x[:, g, :] (stride_xg) and weight rows g·N .. g·N+N-1 and writes
@@ -292,14 +313,14 @@ def _blockdot_kernel(
         tl.extra.cuda.gdc_wait()
     if SPLIT:
         total = _group_partial(x_base, xs_base, w_ptr, ws_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, scale_row,
-                               split * KB_PER_GROUP, num_kb, K, stride_xm, stride_xsm, stride_wn,
-                               KB_PER_GROUP, BLOCK_M, BLOCK_N, X_MODE, X_PIECES, DOT, W_KIND, EVEN)
+                               split * KB_PER_GROUP, num_kb, M, K, stride_xm, stride_xsm, stride_wn,
+                               KB_PER_GROUP, BLOCK_M, BLOCK_N, X_MODE, X_PIECES, DOT, W_KIND, EVEN, XQ_ROWS)
     else:
         total = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         for g in range(NUM_GROUPS):
             total += _group_partial(x_base, xs_base, w_ptr, ws_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask,
-                                    scale_row, g * KB_PER_GROUP, num_kb, K, stride_xm, stride_xsm, stride_wn,
-                                    KB_PER_GROUP, BLOCK_M, BLOCK_N, X_MODE, X_PIECES, DOT, W_KIND, EVEN)
+                                    scale_row, g * KB_PER_GROUP, num_kb, M, K, stride_xm, stride_xsm, stride_wn,
+                                    KB_PER_GROUP, BLOCK_M, BLOCK_N, X_MODE, X_PIECES, DOT, W_KIND, EVEN, XQ_ROWS)
     # out is [S or 1, M, G·N]; the tile is transposed on the way out
     o_mask = n_mask[:, None] & m_mask[None, :]
     tile_offs = offs_m[None, :] * stride_om + (grp * N + offs_n)[:, None]

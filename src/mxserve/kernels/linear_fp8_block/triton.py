@@ -81,6 +81,7 @@ from mxserve.kernels.linear_fp8_block.reference import (
 )
 
 DECODE_MAX_M = 16  # rows up to which the decode launch (16-token tile, split-K grid) runs
+XQ_FEW_ROWS_MAX = 2  # fused W8A8 decode: up to this many rows, only the live rows are quantized
 GEMV_MAX_M = 4  # rows the opt-in FMA GEMV takes
 _FEW_PROGRAMS = 264  # below this many output tiles (2 per H200 SM) the GEMM launch also splits K
 _GROUP_TARGET_PROGRAMS = 512  # decode programs the K grouping aims at (~4 per H200 SM)
@@ -487,6 +488,11 @@ def launch_linear_fp8_block(
     even = opts.even and n % 128 == 0 and k % BLOCK_K == 0 and triton.cdiv(k, BLOCK_K) % group == 0
     meta = dict(KB_PER_GROUP=group, NUM_GROUPS=num_groups, SPLIT=split, FUSED_SUM=counters is not None, EVEN=even,
                 **consts)
+    if quantize_x and is_decode and m <= XQ_FEW_ROWS_MAX:
+        # quantize only the live rows (kernel docstring, "few rows"): at M = 1 the fused K loop is 192
+        # instead of 488 warp instructions per 64 x 128 block; at 4 and 8 rows the broadcast costs more
+        # than it saves (453 and 733; Triton 3.9 for sm_90, sm90_compile.py), so those take the tile
+        meta.update(XQ_ROWS=m)
     if counters is not None:
         meta.update(sum_ptr=out, cnt_ptr=counters, SPLIT_ROTATE=_SPLIT_ROTATE["value"])
     weight_only = x_mode in (0, 3) and not use_lut
@@ -603,7 +609,8 @@ def launch_gemv_fp8_block(x: torch.Tensor, weight: QuantizedWeight, *, weight_de
 
 # --- autotuned kernels (built on first GPU use; the interpreter never autotunes) ----------------
 _tuned: dict[str, object] = {}
-_MODE_KEYS = ["N", "K", "X_MODE", "X_PIECES", "DOT", "W_KIND", "KB_PER_GROUP", "SPLIT", "FUSED_SUM", "EVEN", "PDL"]
+_MODE_KEYS = ["N", "K", "X_MODE", "X_PIECES", "DOT", "W_KIND", "KB_PER_GROUP", "SPLIT", "FUSED_SUM", "EVEN", "PDL",
+              "XQ_ROWS"]
 
 
 def _m_bucket(m: int) -> int:
