@@ -175,11 +175,18 @@ def _attend_chunk(
 
 def main_compressor_site(ctx: LayerContext) -> CompressorSite:
     """The layer's own compressor: CSA (overlapping windows of compress_rate_csa) or HCA."""
-    cfg = ctx.config
-    if ctx.kind is AttentionKind.CSA:
+    return kind_compressor_site(ctx.config, ctx.kind)
+
+
+def kind_compressor_site(cfg: ModelConfig, kind: AttentionKind) -> CompressorSite:
+    """The own compressor of a CSA or HCA layer of `cfg` (`main_compressor_site` without a layer)."""
+    if kind is AttentionKind.CSA:
         return CompressorSite(CompressorSpec(cfg.compress_rate_csa, overlap=True, dim=cfg.head_dim),
                               Pool.CSA_STATE, Pool.CSA)
-    return CompressorSite(CompressorSpec(cfg.compress_rate_hca, overlap=False, dim=cfg.head_dim), Pool.HCA_STATE, Pool.HCA)
+    if kind is AttentionKind.HCA:
+        return CompressorSite(CompressorSpec(cfg.compress_rate_hca, overlap=False, dim=cfg.head_dim),
+                              Pool.HCA_STATE, Pool.HCA)
+    raise ValueError(f"a {kind.value} layer has no compressor")
 
 
 def indexer_compressor_site(cfg: ModelConfig) -> CompressorSite:

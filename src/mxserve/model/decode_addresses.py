@@ -9,7 +9,12 @@ int64 ops and 52 slot-map launches per token out of ~1000 launches, counted on t
 CSA layers' selected entries (their top-k, data) are mapped per layer, through `entry_slots`.
 
 Each map is computed on first use and kept for the rest of the step: inside a captured CUDA graph
-that first use is part of the replay, so the maps follow the step's positions and tables.
+that first use is part of the replay, so the maps follow the step's positions and tables. Where
+the slot map runs as a Triton launch (`kernels.paged_slots.use_triton`: CUDA), the first use
+computes every map the model's layer kinds need in ONE launch (`step_slot_maps`) instead of ~65
+(the int64 ops of `compressor_addresses` per site, a slot map per pool, the candidate and window
+offsets); the twin path computes each on its own, as before. Same integers either way
+(tests/kernels/paged_slots/test_step_maps.py, tests/model/test_decode_path.py).
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ from collections.abc import Callable, Hashable
 
 import torch
 
+from mxserve.config import AttentionKind, ModelConfig
+from mxserve.kernels.paged_slots import step_slot_maps, use_triton
+from mxserve.kernels.paged_slots.step_maps_ref import CandidateMapSpec, SiteMapSpec, StepMapSpec
+from mxserve.model.attention import indexer_compressor_site, kind_compressor_site
 from mxserve.model.compressor import CompressorAddresses, CompressorSite, compressor_addresses
 from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry, paged_slots
 from mxserve.model.kv_state import Pool
@@ -27,20 +36,57 @@ class DecodeAddresses:
     """The slot maps of one `DecodeBatch` step (B rows): see the module docstring. Padding rows
     have all-(−1) tables, so every slot they get is −1."""
 
-    def __init__(self, batch: DecodeBatch, geometry: DecodeGeometry, sliding_window: int) -> None:
+    def __init__(self, batch: DecodeBatch, geometry: DecodeGeometry, config: ModelConfig, *,
+                 fused: bool | None = None) -> None:
+        """`fused`: compute the maps in one launch on first use (None: where the slot map is a
+        Triton launch, `use_triton`); False: the twin path, map by map."""
         self.batch = batch
         self.geometry = geometry
-        self.sliding_window = sliding_window
+        self.config = config
+        self.sliding_window = config.sliding_window
         self._memo: dict[Hashable, object] = {}
+        self._fused = use_triton(batch.positions) if fused is None else fused
 
     @property
     def positions(self) -> torch.Tensor:
         return self.batch.positions  # [B] int64
 
     def _once(self, key: Hashable, compute: Callable[[], object]):
-        if key not in self._memo:
+        if self._fused:
+            self._fused = False
+            self._compute_all()
+        if key not in self._memo:  # the twin path, or a map the fused launch does not cover
             self._memo[key] = compute()
         return self._memo[key]
+
+    def _compute_all(self) -> None:
+        """Every map of the model's layer kinds in one `step_slot_maps` launch, filed under the keys
+        the accessors below use (the window's; per compressor site; per candidate set and ratio)."""
+        cfg, geometry = self.config, self.geometry
+        kinds = set(cfg.layer_kinds)
+        sites: list[CompressorSite] = []
+        candidates: list[tuple[Pool, int, int]] = []  # (pool, ratio, width) as `candidates` is asked
+        if AttentionKind.CSA in kinds:
+            sites += [kind_compressor_site(cfg, AttentionKind.CSA), indexer_compressor_site(cfg)]
+            candidates.append((Pool.INDEXER, cfg.compress_rate_csa, geometry.indexer_candidates))
+        if AttentionKind.HCA in kinds:
+            sites.append(kind_compressor_site(cfg, AttentionKind.HCA))
+            candidates.append((Pool.HCA, cfg.compress_rate_hca, geometry.hca_candidates))
+        spec = StepMapSpec(
+            geometry.block_size, Pool.WINDOW.value, self.sliding_window,
+            tuple(SiteMapSpec(s.state_pool.value, s.entry_pool.value, s.spec.ratio, s.spec.overlap) for s in sites),
+            tuple(CandidateMapSpec(pool.value, ratio, num) for pool, ratio, num in candidates),
+        )
+        tables = {pool.value: table for pool, table in self.batch.block_tables.items()}
+        maps = step_slot_maps(self.positions, tables, spec)
+        self._memo["window write"] = maps.window_write
+        self._memo["window read"] = maps.window_read
+        for site, m in zip(sites, maps.sites, strict=True):
+            self._memo[("compressor", site)] = CompressorAddresses(m.state_slots, m.entry_slots, m.entry_positions,
+                                                                   m.row_slots)
+        for (pool, ratio, num), m in zip(candidates, maps.candidates, strict=True):
+            self._memo[("visible", ratio)] = m.visible
+            self._memo[("candidates", pool, ratio, num)] = (m.entry_ids, m.slots)
 
     def slots(self, pool: Pool, indices: torch.Tensor) -> torch.Tensor:
         """Per-row slots of `indices` [B, ...] in `pool` (not kept: for data-dependent indices)."""

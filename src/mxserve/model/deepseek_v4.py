@@ -185,7 +185,7 @@ class DeepseekV4Model:
         inputs are validated on the host by `build_decode_batch`; the observer is not called (the
         engine runs `forward` when one is set)."""
 
-        addresses = DecodeAddresses(batch, geometry, self.config.sliding_window)
+        addresses = DecodeAddresses(batch, geometry, self.config)
 
         def attend(x: torch.Tensor, attention: AttentionWeights, ctx: LayerContext) -> torch.Tensor:
             heads = decode_attention_heads(x, addresses, attention, ctx, state.layers[ctx.layer_id])
