@@ -113,8 +113,11 @@ def test_off_switch_runs_the_act_quant_launch(monkeypatch: pytest.MonkeyPatch) -
     _run(None, x[:2], w, quantize_input=True)
     assert calls == []
     _run(TWO_LAUNCH, x[:2], w, quantize_input=True)
+    _run(DecodeOptions(fused_act_quant_max_m=1), x[:2], w, quantize_input=True)  # above the row limit
     _run(None, x, w, quantize_input=True)  # M = 20: the prefill tile keeps its act_quant launch
-    assert calls == [2, 20]
+    assert calls == [2, 2, 20]
+    with pytest.raises(ValueError, match="fused_act_quant_max_m"):
+        DecodeOptions(fused_act_quant_max_m=0)
 
 
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])

@@ -150,12 +150,16 @@ class DecodeOptions:
     wo_config: tuple[int, int, int] | None = None  # decode weight-only (BLOCK_N, warps, stages)
     shape_rule: bool = True  # unset fields by the measured rule (LARGE_DECODE_WEIGHTS)
     # decode W8A8: the programs quantize their own slices of x (X_MODE 4, one launch) instead of
-    # reading codes + scales from an `act_quant` launch (X_MODE 1); same bits (tested). Off switch.
+    # reading codes + scales from an `act_quant` launch (X_MODE 1); same bits (tested). Off switch,
+    # and the most rows it takes (above: the act_quant launch; for an A/B by batch size)
     fused_act_quant: bool = True
+    fused_act_quant_max_m: int = 16
 
     def __post_init__(self) -> None:
         if self.one_group not in ("split", "in_program"):
             raise ValueError(f"DecodeOptions: {self.one_group=} must be 'split' or 'in_program'")
+        if not 1 <= self.fused_act_quant_max_m <= 16:
+            raise ValueError(f"DecodeOptions: {self.fused_act_quant_max_m=} must be in 1..16 (the decode tile)")
         if self.wo_config is not None and (len(self.wo_config) != 3 or 128 % self.wo_config[0]):
             raise ValueError(f"DecodeOptions: {self.wo_config=} must be (BLOCK_N dividing 128, warps, stages)")
 
@@ -323,8 +327,9 @@ def _check_out_dtype(out_dtype: torch.dtype | None) -> torch.dtype:
 def _fuses_act_quant(x2: torch.Tensor, tile: str) -> bool:
     """`DecodeOptions.fused_act_quant`: a decode launch (the prefill tile would re-quantize x once
     per output tile of 128 features, and its act_quant launch is a small part of a GEMM)."""
+    opts = _decode_options["value"]
     is_decode = tile == "decode" or (tile == "auto" and x2.shape[0] <= DECODE_MAX_M)
-    return is_decode and _decode_options["value"].fused_act_quant
+    return is_decode and opts.fused_act_quant and x2.shape[0] <= opts.fused_act_quant_max_m
 
 
 def _uses_prepared_x(x2: torch.Tensor, weight: QuantizedWeight, tile: str, weight_decode: str) -> bool:
