@@ -242,19 +242,19 @@ class LinearDispatcher:
 
         return linear_bf16_triton(x, w, out_dtype=out_dtype)  # full-precision weights: never activation-quantized
 
-    def grouped(self, x: torch.Tensor, weight: object) -> torch.Tensor:
+    def grouped(self, x: torch.Tensor, weight: object, *, out_dtype: torch.dtype | None = None) -> torch.Tensor:
         backend, w = self._lookup(weight)
         if backend != "triton":
             from mxserve.kernels.linear.reference import grouped_linear_ref
 
-            return grouped_linear_ref(x, weight)
-        return self.grouped_impl(x, w)
+            return grouped_linear_ref(x, weight, out_dtype=out_dtype)
+        return self.grouped_impl(x, w, out_dtype)
 
     @staticmethod
-    def grouped_impl(x: torch.Tensor, w: object) -> torch.Tensor:
+    def grouped_impl(x: torch.Tensor, w: object, out_dtype: torch.dtype | None = None) -> torch.Tensor:
         from mxserve.kernels.linear_fp8_block.triton import grouped_linear_fp8_block_triton
 
-        return grouped_linear_fp8_block_triton(x, w)
+        return grouped_linear_fp8_block_triton(x, w, out_dtype=out_dtype)
 
     def compare_with_reference(self, *, rows: int = 4, seed: int = 0) -> list[tuple[str, str, float]]:
         """(layer, variant, normwise relative error) of every Triton layer against the torch

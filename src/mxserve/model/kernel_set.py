@@ -27,7 +27,7 @@ from mxserve.model.fused_ref import compressor_state_write_ref, kv_insert_ref, q
 @dataclass(frozen=True)
 class KernelSet:
     linear: Callable = linear_ref  # (x, weight, *, quantize_input=False, out_dtype=None) -> [T, N] fp32 or out_dtype
-    grouped_linear: Callable = grouped_linear_ref  # (x [T, G, K], weight [G·R, K]) -> [T, G·R]
+    grouped_linear: Callable = grouped_linear_ref  # (x [T, G, K], weight [G·R, K], *, out_dtype=None) -> [T, G, R]
     route: Callable = route_ref  # MoE router, see route_ref
     moe_experts: Callable = moe_experts_ref  # routed experts, see moe_experts_ref
     expert_ffn: Callable = expert_ffn_ref  # the shared expert, see expert_ffn_ref

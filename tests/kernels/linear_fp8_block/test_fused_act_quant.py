@@ -25,7 +25,11 @@ from mxserve.kernels import linear_fp8_block
 from mxserve.kernels.linear_bf16.triton import linear_bf16_triton
 from mxserve.kernels.linear_fp8_block import triton as launcher
 from mxserve.kernels.linear_fp8_block._linear_fp8_block_kernel import _to_out
-from mxserve.kernels.linear_fp8_block.triton import DecodeOptions, launch_linear_fp8_block, linear_fp8_block_triton
+from mxserve.kernels.linear_fp8_block.triton import (
+    DecodeOptions,
+    launch_linear_fp8_block,
+    linear_fp8_block_triton,
+)
 
 TWO_LAUNCH = DecodeOptions(fused_act_quant=False)  # the off switch: act_quant launch, then the linear
 

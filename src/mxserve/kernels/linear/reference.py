@@ -96,16 +96,18 @@ def _linear_fp32(x: torch.Tensor, weight: Weight, quantize_input: bool) -> torch
     return out.reshape(*x.shape[:-1], out_features)
 
 
-def grouped_linear_ref(x: torch.Tensor, weight: Weight) -> torch.Tensor:
+def grouped_linear_ref(x: torch.Tensor, weight: Weight, *, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Block-diagonal grouped projection (the attention's wo_a, spec §3.4.6).
 
     x [T, G, K]; weight [G·R, K] whose rows g·R … (g+1)·R − 1 form group g → fp32 [T, G, R].
     It is G separate [R, K] matmuls, not one dense (G·K → G·R) product. The release reference
     runs wo_a on a BF16 copy without activation quantization, so this op has no QAT switch.
+    `out_dtype` (None: fp32) rounds the fp32 result once with `.to(out_dtype)`, as `linear_ref`.
     """
     _num_tokens, groups, in_per_group = x.shape
     out_rows, in_features = weight_shape(weight)
     if in_features != in_per_group or out_rows % groups:
         raise ValueError(f"grouped_linear: {x.shape=} does not fit weight {(out_rows, in_features)} in {groups} groups")
     w = weight.values if isinstance(weight, ResidentWeight) else dequantized(weight).double()
-    return torch.einsum("tgk,grk->tgr", x.double(), w.view(groups, out_rows // groups, in_per_group)).float()
+    out = torch.einsum("tgk,grk->tgr", x.double(), w.view(groups, out_rows // groups, in_per_group)).float()
+    return out.to(out_dtype or torch.float32)

@@ -342,11 +342,11 @@ def _uses_prepared_x(x2: torch.Tensor, weight: QuantizedWeight, tile: str, weigh
 
 
 def grouped_linear_fp8_block_triton(x: torch.Tensor, weight: QuantizedWeight, *, tile: str = "auto",
-                                    split_sum: str = "auto") -> torch.Tensor:
+                                    split_sum: str = "auto", out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Block-diagonal grouped projection (wo_a): x [T, G, K] float, weight [G·R, K] FP8_BLOCK whose
     rows g·R .. (g+1)·R − 1 form group g → fp32 [T, G, R]. One launch for all groups (grid axis 2);
     weight-only (the release runs wo_a without activation quantization). R must be a multiple of 128
-    (each group starts on a scale-block row)."""
+    (each group starts on a scale-block row). `out_dtype` as in `linear_fp8_block_triton`."""
     weight = check_fp8_block_weight(weight)
     if x.dim() != 3 or x.dtype not in _X_DTYPES:
         raise ValueError(f"grouped_linear_fp8_block: x must be [T, G, K] in {_X_DTYPES}, got {tuple(x.shape)=} {x.dtype=}")
@@ -357,7 +357,7 @@ def grouped_linear_fp8_block_triton(x: torch.Tensor, weight: QuantizedWeight, *,
                          f"groups of a multiple of {BLOCK_K} rows")
     if x.stride(2) != 1:
         x = x.contiguous()
-    out = launch_linear_fp8_block(x, weight, tile=tile, groups=groups, split_sum=split_sum)
+    out = launch_linear_fp8_block(x, weight, tile=tile, groups=groups, split_sum=split_sum, out_dtype=out_dtype)
     return out.view(t, groups, rows // groups)
 
 
