@@ -33,7 +33,7 @@ from mxserve.model.forward_batch import ForwardBatch
 from mxserve.model.hyper_connection import HyperConnectionWeights
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import ModelCacheState
-from mxserve.model.moe import MoEWeights, moe_forward
+from mxserve.model.moe import MoEWeights, moe_forward_parts, moe_output
 from mxserve.model.numerics import KVCacheDtype, NumericMode, NumericPolicy
 from mxserve.model.observer import ForwardObserver
 from mxserve.model.rope import RopeTables
@@ -160,8 +160,7 @@ class DeepseekV4Model:
             return attention_forward(x, batch, attention, ctx, state.layers[ctx.layer_id], state, observer)
 
         def after_moe(ctx: LayerContext, out: torch.Tensor) -> None:
-            if observer is not None:
-                observer.on_moe_output(ctx.layer_id, batch, out)
+            observer.on_moe_output(ctx.layer_id, batch, out)
 
         def after_layer(ctx: LayerContext, streams: torch.Tensor) -> None:
             if observer is not None:
@@ -170,7 +169,7 @@ class DeepseekV4Model:
                 # hc-mean in fp64 (order-free, batch invariant), rounded once to the stream dtype
                 captured[ctx.layer_id] = streams.double().mean(dim=1).to(sd)
 
-        streams = self._layers(batch.token_ids, attend, after_moe, after_layer)
+        streams = self._layers(batch.token_ids, attend, after_moe if observer is not None else None, after_layer)
         aux = torch.cat([captured[i] for i in aux_layer_ids], dim=-1) if aux_layer_ids else streams.new_zeros(0)
         if batch.logits_rows is not None:
             streams = streams[batch.logits_rows]
@@ -214,11 +213,15 @@ class DeepseekV4Model:
             out = attend(kernels.rms_norm(block_in, attn_norm, cfg.rms_norm_eps), attention, ctx)
             streams = kernels.hc_post(out, streams, post, comb)
             block_in, post, comb = kernels.hc_pre(streams, hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
-            out = moe_forward(kernels.rms_norm(block_in, ffn_norm, cfg.rms_norm_eps), token_ids, moe, cfg, self.policy,
-                              self.kernels)
-            if after_moe is not None:
-                after_moe(ctx, out)
-            streams = kernels.hc_post(out, streams, post, comb)
+            routed, shared = moe_forward_parts(kernels.rms_norm(block_in, ffn_norm, cfg.rms_norm_eps), token_ids, moe,
+                                               cfg, self.policy, self.kernels)
+            if after_moe is None and shared is not None:  # hc_post adds and rounds them (moe_forward's ops)
+                streams = kernels.hc_post(routed, streams, post, comb, addend=shared)
+            else:
+                out = moe_output(routed, shared, sd)
+                if after_moe is not None:
+                    after_moe(ctx, out)
+                streams = kernels.hc_post(out, streams, post, comb)
             if after_layer is not None:
                 after_layer(ctx, streams)
         return streams

@@ -30,6 +30,21 @@ def moe_forward(
     kernels: KernelSet = REFERENCE_KERNELS,
 ) -> torch.Tensor:
     """x [T, D] (normed, stream dtype), token_ids [T] → [T, D] stream dtype."""
+    return moe_output(*moe_forward_parts(x, token_ids, w, config, policy, kernels), policy.stream_dtype)
+
+
+def moe_output(routed: torch.Tensor, shared: torch.Tensor | None, stream_dtype: torch.dtype) -> torch.Tensor:
+    """The block's output from `moe_forward_parts`: their sum rounded to the stream dtype."""
+    return (routed if shared is None else routed + shared).to(stream_dtype)
+
+
+def moe_forward_parts(
+    x: torch.Tensor, token_ids: torch.Tensor, w: MoEWeights, config: ModelConfig, policy: NumericPolicy,
+    kernels: KernelSet = REFERENCE_KERNELS,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The routed experts' output and the shared expert's (None without one), before `moe_forward`
+    adds them and rounds to the stream dtype: the model hands both to `hc_post(..., addend=shared)`,
+    which does that add and rounding inside its own launch."""
     weights, expert_ids = kernels.route(
         x, w.gate, top_k=config.num_experts_per_tok, routed_scaling=config.routed_scaling_factor,
         bias=w.bias, tid2eid=w.tid2eid, token_ids=token_ids,
@@ -38,6 +53,6 @@ def moe_forward(
     out = kernels.moe_experts(
         x, expert_ids, weights, w.experts, limit=config.swiglu_limit, quantize_inputs=qi, hidden_dtype=sd
     )
-    if w.shared is not None:
-        out = out + kernels.expert_ffn(x, w.shared, limit=config.swiglu_limit, quantize_inputs=qi, hidden_dtype=sd)
-    return out.to(sd)
+    if w.shared is None:
+        return out, None
+    return out, kernels.expert_ffn(x, w.shared, limit=config.swiglu_limit, quantize_inputs=qi, hidden_dtype=sd)

@@ -35,10 +35,10 @@ HC = 4
 EPS = 1e-6
 ARG_TYPES = {  # runtime arguments by name; everything else in a signature is a constexpr
     "x_ptr": "*bf16", "sumsq_ptr": "*fp64", "fn_ptr": "*fp32", "mix_ptr": "*fp64", "base_ptr": "*fp32",
-    "scale_ptr": "*fp32", "out_ptr": "*bf16", "post_ptr": "*fp32", "comb_ptr": "*fp32", "f_ptr": "*bf16",
+    "scale_ptr": "*fp32", "out_ptr": "*bf16", "post_ptr": "*fp32", "comb_ptr": "*fp32", "f_ptr": "*bf16", "a_ptr": "*fp32",
     "T": "i32", "K": "i32", "N": "i32", "D": "i32", "iters": "i32",
     "stride_xt": "i32", "stride_xh": "i32", "stride_fn": "i32", "stride_ot": "i32", "stride_oh": "i32",
-    "stride_ft": "i32",
+    "stride_ft": "i32", "stride_at": "i32",
 }
 
 
@@ -54,7 +54,8 @@ def _cases(dim: int) -> list[tuple[str, str, object, dict]]:
                                                           "OUT_BF16": True, "USE_LIBDEVICE": True}),
         ("finish (hc_head)", "finish", _hc_finish_kernel, {**head["finish"], "HC_EPS": EPS, "WITH_POST": False,
                                                            "OUT_BF16": True, "USE_LIBDEVICE": True}),
-        ("hc_post", "post", _hc_post_kernel, {**block["post"], "OUT_BF16": True}),
+        ("hc_post", "post", _hc_post_kernel, {**block["post"], "OUT_BF16": True, "HAS_ADDEND": False}),
+        ("hc_post (+ addend)", "post", _hc_post_kernel, {**block["post"], "OUT_BF16": True, "HAS_ADDEND": True}),
     ]
 
 

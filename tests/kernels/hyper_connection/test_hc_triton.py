@@ -79,6 +79,26 @@ def test_padded_lanes_hc3_and_the_gpu_mix_tile(monkeypatch):
     _check_all(*_inputs(2, 4, D, torch.float32, seed=8))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_hc_post_with_an_addend_is_the_add_and_cast_then_hc_post(dtype):
+    """F = (routed + shared) rounded to the stream dtype inside the launch (the MoE's shared expert):
+    the same bits as torch's add and cast before a plain hc_post, and as the twin's addend. fp32
+    values whose sums land on and near bf16 ties (the round-to-nearest-even case)."""
+    streams, w, _, _ = _inputs(5, 4, D, dtype, seed=11)
+    _, post, comb = hc_pre_ref(streams, w, sinkhorn_iters=ITERS, **EPS)
+    gen = torch.Generator().manual_seed(12)
+    routed = torch.randn(5, D, generator=gen) * 3
+    shared = torch.randn(5, D, generator=gen)
+    routed[0, :8] = torch.tensor([1.0, 1.0, -1.0, 3.0, 0.0, 1e-30, 2.0, 100.0])
+    shared[0, :8] = torch.tensor([2.0**-8, 3 * 2.0**-8, 2.0**-9, 2.0**-6 + 2.0**-20, -0.0, -1e-30, 2.0**-7, 0.25])
+    want = hc_post_ref((routed + shared).to(dtype), streams, post, comb)
+    _assert_equal(hc_post_ref(routed, streams, post, comb, addend=shared), want, "twin with addend")
+    _assert_equal(ht.hc_post_triton(routed, streams, post, comb, addend=shared), want, "hc_post + addend")
+    # a bf16 addend is torch's promotion, not the kernel's fp32 add: the launcher adds in torch first
+    _assert_equal(ht.hc_post_triton(routed, streams, post, comb, addend=shared.bfloat16()),
+                  hc_post_ref((routed + shared.bfloat16()).to(dtype), streams, post, comb), "bf16 addend")
+
+
 def test_a_token_alone_equals_the_token_in_a_batch():
     streams, w, _, block_out = _inputs(5, 4, D, torch.bfloat16, seed=3)
     batch_pre = ht.hc_pre_triton(streams, w, sinkhorn_iters=ITERS, **EPS)

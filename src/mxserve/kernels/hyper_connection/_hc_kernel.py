@@ -24,7 +24,9 @@ rounding point:
   4-token program had, so the same summation orders) beside the block-input programs, and
   store both as fp32.
 * `_hc_post_kernel` — per (token, D-block): X'_j = post_j·F + Σ_i comb_ij·X_i in fp64, the sum
-  over i in order from +0, rounded like the block input. Every product is exact in fp64 (fp32
+  over i in order from +0, rounded like the block input. With `HAS_ADDEND`, F is first the fp32
+  sum of two fp32 block outputs (the MoE's routed and shared experts) rounded to the stream dtype,
+  exactly what torch's add and cast before the call gave (one fp32 add, round to nearest even). Every product is exact in fp64 (fp32
   weights times bf16/fp32 values), so only the order of the five additions could differ from
   the twin's BLAS (sequential over the 4-long contraction on the CPU).
 
@@ -246,9 +248,10 @@ def _hc_finish_kernel(
 
 @triton.jit(do_not_specialize=["T"])
 def _hc_post_kernel(
-    f_ptr, x_ptr, post_ptr, comb_ptr, out_ptr, T, D,
-    stride_ft, stride_xt, stride_xh, stride_ot, stride_oh,
+    f_ptr, a_ptr, x_ptr, post_ptr, comb_ptr, out_ptr, T, D,
+    stride_ft, stride_at, stride_xt, stride_xh, stride_ot, stride_oh,
     HC: tl.constexpr, HC_PAD: tl.constexpr, BLOCK_D: tl.constexpr, OUT_BF16: tl.constexpr,
+    HAS_ADDEND: tl.constexpr,
 ):
     t = tl.program_id(0)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -256,7 +259,12 @@ def _hc_post_kernel(
     lanes = tl.arange(0, HC_PAD)  # j, the output stream
     lane_ok = lanes < HC
     t64 = t.to(tl.int64)
-    f = tl.load(f_ptr + t64 * stride_ft + offs_d, mask=d_mask, other=0.0).to(tl.float32).to(tl.float64)
+    f = tl.load(f_ptr + t64 * stride_ft + offs_d, mask=d_mask, other=0.0).to(tl.float32)
+    if HAS_ADDEND:  # F = (F + A) in fp32, rounded to the stream dtype: the twin's torch add and cast
+        f += tl.load(a_ptr + t64 * stride_at + offs_d, mask=d_mask, other=0.0).to(tl.float32)
+        if OUT_BF16:
+            f = round_bf16(f)
+    f = f.to(tl.float64)
     post = tl.load(post_ptr + t * HC + lanes, mask=lane_ok, other=0.0).to(tl.float64)
     mixed = tl.zeros((HC_PAD, BLOCK_D), dtype=tl.float64)
     for i in tl.static_range(HC):  # Σ_i comb_ij·X_i, i in order (combᵀ @ X)

@@ -58,8 +58,13 @@ def hc_pre_ref(
     return block_input, post.float(), comb.float()
 
 
-def hc_post_ref(block_out: torch.Tensor, streams: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
-    """X'_j = post_j · F + Σ_i comb_ij · X_i (fp32 math, streams' dtype out)."""
+def hc_post_ref(block_out: torch.Tensor, streams: torch.Tensor, post: torch.Tensor, comb: torch.Tensor, *,
+                addend: torch.Tensor | None = None) -> torch.Tensor:
+    """X'_j = post_j · F + Σ_i comb_ij · X_i (fp32 math, streams' dtype out). F is `block_out`, or with
+    `addend` (the MoE's shared expert) (block_out + addend) rounded to the streams' dtype: the
+    block's output as the model would have formed it before the call (one launch less on GPUs)."""
+    if addend is not None:
+        block_out = (block_out + addend).to(streams.dtype)
     mixed = torch.einsum("tij,tid->tjd", comb.double(), streams.double())  # fp64: batch-size independent
     return (post.double().unsqueeze(-1) * block_out.double().unsqueeze(1) + mixed).to(streams.dtype)
 

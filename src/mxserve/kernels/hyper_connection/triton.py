@@ -185,25 +185,33 @@ def hc_head_triton(
 
 
 def hc_post_triton(block_out: torch.Tensor, streams: torch.Tensor, post: torch.Tensor,
-                   comb: torch.Tensor) -> torch.Tensor:
-    """X'_j = post_j · F + Σ_i comb_ij · X_i in fp64, streams' dtype out [T, hc, D]; see `hc_post_ref`.
-    One launch."""
+                   comb: torch.Tensor, *, addend: torch.Tensor | None = None) -> torch.Tensor:
+    """X'_j = post_j · F + Σ_i comb_ij · X_i in fp64, streams' dtype out [T, hc, D]; see `hc_post_ref`
+    (with `addend`, F = (block_out + addend) rounded to the streams' dtype, inside the launch when
+    both are fp32). One launch."""
     num_tokens, hc, dim = _check_streams(streams, "hc_post")
-    if block_out.shape != (num_tokens, dim) or not block_out.is_floating_point() or block_out.device != streams.device:
-        raise ValueError(f"hc_post: block_out must be a float [{num_tokens}, {dim}] on {streams.device}, got "
-                         f"{block_out.dtype} {tuple(block_out.shape)} on {block_out.device}")
+    if addend is not None and (block_out.dtype != torch.float32 or addend.dtype != torch.float32):
+        # torch's promotion rules for other dtypes are not the kernel's fp32 add: the twin's ops
+        block_out, addend = (block_out + addend).to(streams.dtype), None
+    for name, t in (("block_out", block_out), ("addend", addend)):
+        if t is None:
+            continue
+        if t.shape != (num_tokens, dim) or not t.is_floating_point() or t.device != streams.device:
+            raise ValueError(f"hc_post: {name} must be a float [{num_tokens}, {dim}] on {streams.device}, got "
+                             f"{t.dtype} {tuple(t.shape)} on {t.device}")
+        if t.stride(-1) != 1:
+            raise ValueError(f"hc_post: {name}'s last dim must be contiguous, got {t.stride()=}")
     _check_param(post, (num_tokens, hc), "post", "hc_post", streams.device)
     _check_param(comb, (num_tokens, hc, hc), "comb", "hc_post", streams.device)
-    if block_out.stride(-1) != 1:
-        raise ValueError(f"hc_post: block_out's last dim must be contiguous, got {block_out.stride()=}")
     streams, post, comb = streams.contiguous(), post.contiguous(), comb.contiguous()
     out = torch.empty_like(streams)
     if num_tokens == 0:
         return out
     consts = launch_constexprs(hc, dim, (2 + hc) * hc, interpreter=interpreting())["post"]
     _hc_post_kernel[(num_tokens, triton.cdiv(dim, consts["BLOCK_D"]))](
-        block_out, streams, post, comb, out, num_tokens, dim,
-        block_out.stride(0), streams.stride(0), streams.stride(1), out.stride(0), out.stride(1),
-        OUT_BF16=streams.dtype == torch.bfloat16, **consts, **_launch_opts("post"),
+        block_out, block_out if addend is None else addend, streams, post, comb, out, num_tokens, dim,
+        block_out.stride(0), 0 if addend is None else addend.stride(0), streams.stride(0), streams.stride(1),
+        out.stride(0), out.stride(1),
+        OUT_BF16=streams.dtype == torch.bfloat16, HAS_ADDEND=addend is not None, **consts, **_launch_opts("post"),
     )
     return out
