@@ -21,15 +21,22 @@ torch twin (`moe_experts_ref`) at every token count and routing, and batch invar
     PYTHONPATH=src python benchmarks/moe.py --variants bf16 bf16-split bf16-stream --tokens 1 4 16 64 \
         --stream-configs n64s4 n64s6 n128s4 n64s4pdl --no-twin --baselines grouped --kernel-times 1 64 \
         --skip invariance --out $OUT/moe_stream.json                 # issue 10: streaming decode, config sweep
+    PYTHONPATH=src python benchmarks/moe.py --variants bf16 bf16-prefill --tokens 1024 4096 \
+        --prefill-configs m64w8s3 m128w8s3 --parity-max-tokens 4096 --no-twin --baselines grouped \
+        --skip invariance --out $OUT/moe_prefill.json                # issue 10: the prefill tile, config sweep
 Stream configs (`--stream-configs`, variant "bf16-stream" under each `stream.CONFIG`): n<block_n>
 s<num_stages>[w<num_warps>][pdl], e.g. n64s4pdl; each is timed as its own column and bit-checked
-against "bf16" (the fused kernel) in the parity section.
+against "bf16" (the fused kernel) in the parity section. Prefill configs (`--prefill-configs`,
+variant "bf16-prefill" under each `prefill.CONFIG`): m<block_m>w<num_warps>s<num_stages>[n<down
+block_n>][dw<down warps>ds<down stages>] (one block_m at every size), the same way; the prefill
+table at the end gives each column's ms, useful TFLOP/s and ratio to the bf16 grouped matmul.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import time
@@ -41,17 +48,19 @@ import torch
 from _cuda_timing import copy_bandwidth, event_time, graph_time
 
 from mxserve.formats import QuantizedWeight, WeightLayout
-from mxserve.kernels.moe import ExpertWeights, moe_experts_ref, stream
+from mxserve.kernels.moe import ExpertWeights, moe_experts_ref, prefill, stream
 from mxserve.kernels.moe.experts import StackedExperts, moe_experts_triton
 from mxserve.kernels.moe.router import route_triton
 
 E, D, I, TOP_K = 256, 4096, 2048, 6
+DEVICE = "cuda"  # --cpu-smoke: "cpu" (the interpreter), with a tiny layer and wall-clock timers
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096)
 NOMINAL_TBS = 4.27e12
 LIMIT = 10.0
 TIMED_VARIANTS = {  # timed name: (moe_experts_triton variant, layer)
     "bf16": ("bf16-fused", "mxfp4"), "w4a8": ("w4a8", "mxfp4"), "repack": ("bf16", "fp8"),
     "bf16-split": ("bf16-split", "mxfp4"), "bf16-stream": ("bf16-stream", "mxfp4"),
+    "bf16-prefill": ("bf16-prefill", "mxfp4"),
 }
 GROUPED_MM = [hasattr(torch, "_grouped_mm")]  # falls back to a per-expert loop if it fails once
 
@@ -65,26 +74,42 @@ def stream_config(name: str) -> dict:
                 pdl=m.group(4) is not None)
 
 
+def prefill_config(name: str) -> dict:
+    """`prefill.CONFIG` of a config name m<block_m>w<warps>s<stages>[n<down block_n>][dw<w>ds<s>] (docstring)."""
+    m = re.fullmatch(r"m(\d+)w(\d+)s(\d+)(?:n(\d+))?(?:dw(\d+)ds(\d+))?", name)
+    if m is None:
+        raise ValueError(f"prefill config {name!r} is not m<block_m>w<warps>s<stages>[n<down_block_n>][dw<w>ds<s>]")
+    block_m, warps, stages = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    return dict(prefill.CONFIG, block_m=block_m, small_block_m=block_m, num_warps=warps, num_stages=stages,
+                down_block_n=int(m.group(4) or 128), down_num_warps=int(m.group(5) or warps),
+                down_num_stages=int(m.group(6) or stages))
+
+
 @contextmanager
 def stream_configured(name: str | None):
-    """Run the body with `stream.CONFIG` set to config `name` (None: as it is)."""
-    old = dict(stream.CONFIG)
+    """Run the body with `stream.CONFIG` (a stream config name) or `prefill.CONFIG` (a prefill config
+    name, "m...") set to config `name` (None: as they are)."""
+    module = prefill if name is not None and name.startswith("m") else stream
+    old = dict(module.CONFIG)
     if name is not None:
-        stream.CONFIG.update(stream_config(name))
+        module.CONFIG.update(prefill_config(name) if module is prefill else stream_config(name))
     try:
         yield
     finally:
-        stream.CONFIG.clear()
-        stream.CONFIG.update(old)
+        module.CONFIG.clear()
+        module.CONFIG.update(old)
 
 
-def timed_entries(variants: list[str], configs: list[str]) -> list[tuple[str, str, str, str | None]]:
-    """(column, moe_experts_triton variant, layer, stream config) for every variant and stream config."""
+def timed_entries(variants: list[str], configs: list[str],
+                  prefill_configs: list[str] = ()) -> list[tuple[str, str, str, str | None]]:
+    """(column, moe_experts_triton variant, layer, config) for every variant and stream / prefill config."""
     out = []
     for name in variants:
         v, which = TIMED_VARIANTS[name]
         if name == "bf16-stream" and configs:
             out += [(f"stream:{c}", v, which, c) for c in configs]
+        elif name == "bf16-prefill" and prefill_configs:
+            out += [(f"prefill:{c}", v, which, c) for c in prefill_configs]
         else:
             out.append((name, v, which, None))
     return out
@@ -121,13 +146,13 @@ def kernel_times(st, cases, entries, log, n, pattern) -> None:
 
 
 def random_layer(seed: int) -> StackedExperts:
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
 
     def codes(n, k):
-        return torch.randint(0, 256, (E, n, k // 2), dtype=torch.uint8, device="cuda", generator=g)
+        return torch.randint(0, 256, (E, n, k // 2), dtype=torch.uint8, device=DEVICE, generator=g)
 
     def scales(n, k):
-        return torch.randint(112, 123, (E, n, k // 32), dtype=torch.uint8, device="cuda", generator=g)
+        return torch.randint(112, 123, (E, n, k // 32), dtype=torch.uint8, device=DEVICE, generator=g)
 
     return StackedExperts("mxfp4", codes(I, D), scales(I, D), codes(I, D), scales(I, D), codes(D, I), scales(D, I),
                           E, I, D)
@@ -135,14 +160,14 @@ def random_layer(seed: int) -> StackedExperts:
 
 def random_fp8_layer(seed: int) -> StackedExperts:
     """Timing stand-in for the repacked layer: same shapes and bytes as the repack produces."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
 
     def codes(n, k):
-        c = torch.randint(0, 256, (E, n, k), dtype=torch.uint8, device="cuda", generator=g)
+        c = torch.randint(0, 256, (E, n, k), dtype=torch.uint8, device=DEVICE, generator=g)
         return torch.where((c & 0x7F) == 0x7F, c & 0xF0, c)  # no NaN codes
 
     def scales(n, k):
-        return torch.randint(112, 123, (E, n // 128, k // 128), dtype=torch.uint8, device="cuda", generator=g)
+        return torch.randint(112, 123, (E, n // 128, k // 128), dtype=torch.uint8, device=DEVICE, generator=g)
 
     return StackedExperts("fp8_block", codes(I, D), scales(I, D), codes(I, D), scales(I, D), codes(D, I),
                           scales(D, I), E, I, D)
@@ -171,13 +196,13 @@ class _Lazy(dict):
 
 def routings(num_tokens: int, count: int, gate: torch.Tensor, bias: torch.Tensor, seed: int):
     """`count` (x, weights, ids) triples per pattern, each with fresh activations."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
     real, worst = [], []
     for _ in range(count):
-        x = (torch.randn(num_tokens, D, device="cuda", generator=g)).bfloat16()
+        x = (torch.randn(num_tokens, D, device=DEVICE, generator=g)).bfloat16()
         w, ids = route_triton(x, gate, top_k=TOP_K, routed_scaling=1.5, bias=bias)
         real.append((x, w, ids))
-        wid = torch.arange(TOP_K, device="cuda").repeat(num_tokens, 1)
+        wid = torch.arange(TOP_K, device=DEVICE).repeat(num_tokens, 1)
         worst.append((x, w, wid))
     return {"real": real, "worst": worst}
 
@@ -186,7 +211,7 @@ def dequant_bf16(st: StackedExperts, e: torch.Tensor, which: str) -> torch.Tenso
     """Dequantize experts e (int tensor) of one matrix to bf16 [n_e, N, K] with torch ops."""
     codes, scales = {"w1": (st.w1, st.w1_scales), "w3": (st.w3, st.w3_scales), "w2": (st.w2, st.w2_scales)}[which]
     c, s = codes[e], scales[e]
-    lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], device="cuda")
+    lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], device=DEVICE)
     vals = torch.stack([lut[(c & 15).long()], lut[(c >> 4).long()]], dim=-1).flatten(-2)
     sc = torch.exp2(s.float() - 127).repeat_interleave(32, dim=-1)
     return (vals * sc).bfloat16()
@@ -200,7 +225,7 @@ def bf16_grouped(x, ids, w, w13, w2, hit_index):
     local = hit_index[flat[order]]
     # scatter_add, not bincount: bincount sizes its output from max(local), a host sync that made
     # the baseline's graph capture fail (it then ran as an eager loop)
-    counts = torch.zeros(w13.shape[0], dtype=torch.long, device="cuda").scatter_add_(0, local, torch.ones_like(local))
+    counts = torch.zeros(w13.shape[0], dtype=torch.long, device=DEVICE).scatter_add_(0, local, torch.ones_like(local))
     offs = torch.cumsum(counts, 0).int()
     xs = x[tok]
     if GROUPED_MM[0]:
@@ -213,16 +238,16 @@ def bf16_grouped(x, ids, w, w13, w2, hit_index):
         y = torch._grouped_mm(h, w2.transpose(1, 2), offs=offs)
     else:
         y = torch.cat([a @ b.t() for a, b in zip(torch.split(h, counts.tolist()), w2, strict=True)])
-    out = torch.zeros(x.shape[0], D, dtype=torch.float32, device="cuda")
+    out = torch.zeros(x.shape[0], D, dtype=torch.float32, device=DEVICE)
     out.index_add_(0, tok, y.float() * w.reshape(-1)[order][:, None])
     return out
 
 
 def dequant_then_matmul(st, x, ids, w):
-    out = torch.zeros(x.shape[0], D, dtype=torch.float32, device="cuda")
+    out = torch.zeros(x.shape[0], D, dtype=torch.float32, device=DEVICE)
     for e in torch.unique(ids).tolist():
         t, slot = torch.nonzero(ids == e, as_tuple=True)
-        et = torch.tensor([e], device="cuda")
+        et = torch.tensor([e], device=DEVICE)
         w1, w3, w2 = (dequant_bf16(st, et, n)[0] for n in ("w1", "w3", "w2"))
         xe = x[t]
         h = torch.nn.functional.silu((xe @ w1.t()).float().clamp(max=LIMIT)) * (xe @ w3.t()).float().clamp(-LIMIT, LIMIT)
@@ -235,8 +260,8 @@ def baselines(row: dict, st: StackedExperts, case: tuple, n: int, pattern: str, 
     x, w, ids = case
     try:
         hit_ids = torch.unique(ids)
-        hit_index = torch.full((E,), -1, dtype=torch.long, device="cuda")
-        hit_index[hit_ids] = torch.arange(hit_ids.numel(), device="cuda")
+        hit_index = torch.full((E,), -1, dtype=torch.long, device=DEVICE)
+        hit_index[hit_ids] = torch.arange(hit_ids.numel(), device=DEVICE)
         w13 = torch.cat([dequant_bf16(st, hit_ids, "w1"), dequant_bf16(st, hit_ids, "w3")], dim=1)
         w2 = dequant_bf16(st, hit_ids, "w2")
 
@@ -263,6 +288,48 @@ def baselines(row: dict, st: StackedExperts, case: tuple, n: int, pattern: str, 
             row["dequant_matmul_error"] = repr(exc)[:300]
 
 
+def cpu_smoke_setup() -> None:
+    """--cpu-smoke: every section on the CPU under TRITON_INTERPRET=1 with a tiny layer (8 experts,
+    D 256, I 128), host wall-clock timers in place of the CUDA ones: checks that the script runs
+    through (its numbers mean nothing)."""
+    global DEVICE, E, D, I, graph_time, event_time, copy_bandwidth
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise SystemExit("--cpu-smoke needs TRITON_INTERPRET=1 in the environment (set before Triton is imported)")
+    DEVICE, E, D, I = "cpu", 8, 256, 128
+
+    def wall_event_time(fn, reps: int = 5) -> float:
+        fn()
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - start) / reps
+
+    def wall_graph_time(calls: list, replays: int = 15) -> float:
+        return wall_event_time(lambda: [fn() for fn in calls], reps=1) / len(calls)
+
+    graph_time, event_time, copy_bandwidth = wall_graph_time, wall_event_time, lambda: NOMINAL_TBS
+
+
+def print_prefill_table(log: list[dict], entries) -> None:
+    """Per timed row and column: ms, useful TFLOP/s (tokens x top-k x 3 matmuls of D x I, no padding) and
+    the bf16 grouped matmul's time over this column's (> 1: faster than the grouped matmul)."""
+    print("\nMoE prefill: variant, tokens, routing, ms, TFLOP/s, x bf16mm (grouped matmul ms / ms)")
+    print(f"{'variant':>24} {'tok':>6} {'routing':>8} {'ms':>9} {'TFLOP/s':>8} {'x bf16mm':>9}")
+    cols = [("bf16-fused" if e[0] == "bf16" else e[0], f"{e[0]}_us") for e in entries] + [("bf16 (default)", "bf16_us_same_experts"),
+                                                     ("bf16 grouped mm", "bf16_grouped_us")]
+    for r in log:
+        if r.get("kind") != "time":
+            continue
+        flop = r["tokens"] * TOP_K * 3 * D * I * 2
+        for name, key in cols:
+            if key not in r:
+                continue
+            us = r[key]
+            ratio = f"{r['bf16_grouped_us'] / us:.2f}" if "bf16_grouped_us" in r else "-"
+            print(f"{name:>24} {r['tokens']:>6} {r['routing']:>8} {us / 1e3:>9.3f} {flop / (us * 1e-6) / 1e12:>8.1f} "
+                  f"{ratio:>9}")
+
+
 def rel_err(out, ref) -> float:
     return float((out.double() - ref.double()).norm() / ref.double().norm().clamp(min=1e-300))
 
@@ -286,6 +353,9 @@ def main() -> None:
     ap.add_argument("--variants", nargs="*", default=["bf16", "w4a8", "repack"], choices=list(TIMED_VARIANTS),
                     help="routed-part variants to time (bf16-split: issue 10's split decode, next to bf16)")
     ap.add_argument("--stream-configs", nargs="*", default=[], help="bf16-stream configs to time (docstring)")
+    ap.add_argument("--prefill-configs", nargs="*", default=[], help="bf16-prefill configs to time (docstring)")
+    ap.add_argument("--cpu-smoke", action="store_true", help="tiny layer on the CPU under TRITON_INTERPRET=1 (runs through)")
+    ap.add_argument("--parity-max-tokens", type=int, default=1024, help="parity runs min(tokens, this)")
     ap.add_argument("--no-twin", action="store_true", help="parity: skip the fp64 twin (bit checks vs bf16 only)")
     ap.add_argument("--baselines", choices=["all", "grouped", "none"], default="all",
                     help="same-run baselines: bf16 grouped matmul and dequantize-then-matmul, the first, or none")
@@ -296,14 +366,20 @@ def main() -> None:
     args = ap.parse_args()
     for cfg in args.stream_configs:
         stream_config(cfg)  # a bad name fails here, before any GPU work
-    entries = timed_entries(args.variants, args.stream_configs)
-    assert torch.cuda.is_available(), "benchmarks/moe.py needs a GPU"
+    for cfg in args.prefill_configs:
+        prefill_config(cfg)
+    entries = timed_entries(args.variants, args.stream_configs, args.prefill_configs)
+    if args.cpu_smoke:
+        cpu_smoke_setup()
+        args.kernel_times = []
+    else:
+        assert torch.cuda.is_available(), "benchmarks/moe.py needs a GPU"
     t_start = time.time()
     log: list[dict] = []
     st = random_layer(1)
-    gen = torch.Generator(device="cuda").manual_seed(2)
-    gate = (torch.randn(E, D, device="cuda", generator=gen) * 0.02).bfloat16()
-    bias = torch.randn(E, device="cuda", generator=gen) * 0.01
+    gen = torch.Generator(device=DEVICE).manual_seed(2)
+    gate = (torch.randn(E, D, device=DEVICE, generator=gen) * 0.02).bfloat16()
+    bias = torch.randn(E, device=DEVICE, generator=gen) * 0.01
     per_expert_bytes = st.nbytes_per_expert
     ceiling = {}
     section("copy bandwidth", log, lambda: ceiling.setdefault("copy", copy_bandwidth()))
@@ -318,7 +394,7 @@ def main() -> None:
 
     def parity():
         for n in args.tokens:
-            for pattern, cases in routings(min(n, 1024), 1, gate, bias, seed=10 + n).items():
+            for pattern, cases in routings(min(n, args.parity_max_tokens), 1, gate, bias, seed=10 + n).items():
                 x, w, ids = cases[0]
                 ref = None if args.no_twin else moe_experts_ref(x, ids, w, ref_experts, limit=LIMIT,
                                                                quantize_inputs=True, hidden_dtype=torch.bfloat16)
@@ -341,8 +417,18 @@ def main() -> None:
                         row[col] = rel_err(out, ref)
                     row[col + "_nan"] = bool(torch.isnan(out).any())
                 fused = outs.get("bf16")
-                for col in outs:  # the split and stream decodes must give the fused variant's bits
-                    if col.startswith(("bf16-split", "stream:", "bf16-stream")) and fused is not None:
+                if any(col.startswith(("prefill:", "bf16-prefill")) for col in outs) and fused is not None:
+                    # the default variant (the prefill tile at prefill sizes) and a token alone (the stream
+                    # decode): the fused variant's bits, and row 0 of the batch
+                    default = moe_experts_triton(x, ids, w, st, limit=LIMIT, quantize_inputs=True,
+                                                 hidden_dtype=torch.bfloat16)
+                    row["default_bf16_bit_identical_to_bf16"] = bool(torch.equal(default, fused))
+                    alone = moe_experts_triton(x[:1], ids[:1], w[:1], st, limit=LIMIT, quantize_inputs=True,
+                                               hidden_dtype=torch.bfloat16)
+                    row["token0_alone_equal_in_batch"] = bool(torch.equal(alone[0], default[0]))
+                for col in outs:  # the split and stream decodes and the prefill tile must give the fused variant's bits
+                    if col.startswith(("bf16-split", "stream:", "bf16-stream", "prefill:", "bf16-prefill")) \
+                            and fused is not None:
                         row[col + "_bit_identical_to_bf16"] = bool(torch.equal(outs[col], fused))
                 if x.shape[0] <= 64 and not args.no_twin:
                     ref_x = moe_experts_ref(x.float(), ids, w, ref_experts, limit=LIMIT, quantize_inputs=False)
@@ -389,7 +475,7 @@ def main() -> None:
     def timing():
         shared = {}
         section("shared expert weights", log, lambda: shared.update(
-            {n: QuantizedWeight.quantize(torch.randn(*shape, device="cuda") * 0.02, WeightLayout.FP8_BLOCK)
+            {n: QuantizedWeight.quantize(torch.randn(*shape, device=DEVICE) * 0.02, WeightLayout.FP8_BLOCK)
              for n, shape in (("w1", (I, D)), ("w3", (I, D)), ("w2", (D, I)))}))
         for n in args.tokens:
             if time.time() - t_start > args.deadline:
@@ -447,7 +533,7 @@ def main() -> None:
     if "timing" not in args.skip:
         section("timing", log, timing)
 
-    print("\nMoE layer (256 experts, top-6, 4096->2048->4096), times in us, faithful numerics")
+    print(f"\nMoE layer ({E} experts, top-{TOP_K}, {D}->{I}->{D}), times in us, faithful numerics")
     hdr = ("tok", "routing", "hit", "MB", "bf16", "w4a8", "repack", "split", "stream", "TB/s", "%copy", "router",
            "shared", "bf16mm", "x bf16mm", "deq+mm", "x deq")
     print(" ".join(f"{h:>8}" for h in hdr))
@@ -469,6 +555,8 @@ def main() -> None:
                  f"{r['dequant_matmul_us']:.0f}" if "dequant_matmul_us" in r else "-",
                  f"{r['dequant_matmul_us'] / best:.1f}" if "dequant_matmul_us" in r and best < float("inf") else "-"]
         print(" ".join(f"{c!s:>8}" for c in cells))
+    if any(e[1] == "bf16-prefill" for e in entries):
+        print_prefill_table(log, entries)
     errors = [r for r in log if r.get("kind") == "error"]
     print(f"\n{len(errors)} section errors; total {time.time() - t_start:.0f} s")
     if args.out:
