@@ -6,10 +6,12 @@
 # 1. bit checks at every Flash dense shape (wq_a||wkv 1536x4096, wq_b 32768x1024, wo_b 4096x8192,
 #    shared 4096x4096 / 4096x2048, indexer wq_b 8192x1024, head 129280x4096) for M = 1, 8, 16:
 #    fused == two-launch (fp32 bits, 3 fused calls in a row), out_dtype=bf16 == .to(bf16) on both paths;
-# 2. CUDA-graph timings at M = 1 (the layer shapes), a chain of one layer's six W8A8 linears over two
-#    layers (distinct copies) against the summed isolated times, M = 8, then the head (weight-only in
-#    the model: W8A8 here only as a shape) — L2-cold (rotating copies, >= 192 MB a pass) and L2-warm
-#    (one copy, 8 calls a graph; only weights <= 48 MB). Prints the bit-check count and a table (us).
+# 2. CUDA-graph timings at M = 1 (the layer shapes, plus wq_a 1024x4096, wkv 512x4096 and shared w1/w3
+#    2048x4096: the model launches these separately, the merged shapes above are what a merge would
+#    give), a chain of a CSA layer's eight W8A8 linears in the model's order over two layers (distinct
+#    copies) against the summed isolated times, M = 8, then the head (weight-only in the model: W8A8
+#    here only as a shape) — L2-cold (rotating copies, >= 192 MB a pass) and L2-warm (one copy, 8 calls
+#    a graph; only weights <= 48 MB). Prints the bit-check count and a table (us).
 # Raw rows: $R/w8a8_fused.jsonl (row by row) and $R/w8a8_fused.json; log $R/w8a8_fused.log.
 #
 # Prediction (written before any GPU run):
@@ -24,9 +26,11 @@
 # - the head at M = 1: within +-5% (one 150 us launch; the 2 launches saved are ~2%).
 # - L2-warm vs cold: layers <= 16 MB 20-40% faster warm; the session-5 isolated figures capped the
 #   rotation at 4 copies, so wq_a||wkv (24 MB a pass), shared w2 and indexer wq_b (32 MB) were partly
-#   L2-warm there — part of the "465 us in-step vs ~300 us isolated" gap; the chain should come out
-#   within ~10% of the summed cold isolated times (the rest of the gap: launch tails and the
-#   non-W8A8 bf16 linears that share `_blockdot_kernel` in the profile's 25 launches).
+#   L2-warm there — part of the "465 us in-step vs ~300 us isolated" gap. The rest: the model runs
+#   wq_a + wkv and w1 + w3 as 4 launches (not the 2 merged shapes the isolated sum used), and the
+#   profile's 25 `_blockdot_kernel` launches include wo_a (grouped) and the weight-only head (~144 us).
+#   The chain should come out within ~10% of the summed cold isolated times (~95 us a layer for
+#   two_cast, ~75 for fused_bf16).
 source benchmarks/gpu_s5_env.sh
 stamp "W8A8 fused activation quantization + bf16 epilogue (benchmarks/w8a8_decode_ab.py --fused)"
 timeout -s INT 140 python3 benchmarks/w8a8_decode_ab.py --fused --out "$R/w8a8_fused.json" > "$R/w8a8_fused.log" 2>&1

@@ -97,7 +97,12 @@ FUSED_VARIANTS = {  # name: (options, out_dtype of the launch, cast to bf16 afte
     "fused_bf16": (FUSED, torch.bfloat16, False),  # the new path: one launch a linear
     "two_bf16": (TWO_LAUNCH, torch.bfloat16, False),  # the epilogue alone
 }
-CHAIN = ("wq_a||wkv", "wq_b", "idx_wq_b", "wo_b", "shared_w13", "shared_w2")  # one layer's W8A8 linears
+# the model runs wq_a and wkv, and the shared expert's w1 and w3, as separate launches (model/attention.py,
+# kernels/moe/shared.py); SHAPES has them merged (wq_a||wkv, shared_w13), the launches a merge would give
+MODEL_SHAPES = {"wq_a": (1024, 4096), "wkv": (512, 4096), "shared_w1": (2048, 4096)}
+# one CSA layer's W8A8 linears in the model's order: (shape, copy offset) — w3 is a second w1-shaped weight
+CHAIN = (("wq_a", 0), ("wkv", 0), ("wq_b", 0), ("idx_wq_b", 0), ("wo_b", 0), ("shared_w1", 0), ("shared_w1", 1),
+         ("shared_w2", 0))
 TINY_SHAPES = {"tiny_72x700": (72, 700), "tiny_256x512": (256, 512)}
 WARM_MAX_BYTES = 48 << 20  # an L2-warm timing only for weights that fit the H200's L2 (50 MB)
 
@@ -195,14 +200,16 @@ def fused_times(shapes: dict, ms: tuple, emit, weights: dict) -> None:
 
 
 def chain_times(weights: dict, emit, layers: int = 2) -> None:
-    """M = 1: one graph runs one layer's W8A8 linears in order for `layers` layers (distinct weight
-    copies, as in a step: nothing of the previous layer is in L2), against the sum of each linear's
-    isolated L2-cold time — the in-step excess of dependent launches back to back."""
-    xs = {name: _activations(1, SHAPES[name][1], "cuda") for name in CHAIN}
-    row = {"kind": "chain", "m": 1, "layers": layers, "linears": CHAIN}
+    """M = 1: one graph runs a CSA layer's W8A8 linears in the model's order (CHAIN) for `layers`
+    layers (distinct weight copies, as in a step: nothing of the previous layer is in L2), against
+    the sum of each linear's isolated L2-cold time — the in-step excess of launches back to back."""
+    shapes = {**SHAPES, **MODEL_SHAPES}
+    xs = {name: _activations(1, shapes[name][1], "cuda") for name, _ in CHAIN}
+    row = {"kind": "chain", "m": 1, "layers": layers, "linears": [name for name, _ in CHAIN]}
+    # layer i takes copy 2i + offset of each shape (w1 and w3: two copies of one shape)
+    steps = [(name, weights[name][(2 * i + off) % len(weights[name])]) for i in range(layers) for name, off in CHAIN]
     for v in ("two_cast", "fused_bf16"):
-        calls = [lambda name=name, i=i: _variant_call(v, xs[name], weights[name][i % len(weights[name])])
-                 for i in range(layers) for name in CHAIN]
+        calls = [lambda name=name, w=w, v=v: _variant_call(v, xs[name], w) for name, w in steps]
         row[f"{v}_chain_us_per_layer"] = graph_time(calls) * len(calls) / layers * 1e6
     emit(row)
 
@@ -226,6 +233,7 @@ def fused_ab(out: Path, device: str) -> None:
             weights: dict = {}
             model_shapes = {k: v for k, v in SHAPES.items() if k != "head"}
             fused_times(model_shapes, (1,), emit, weights)
+            fused_times(MODEL_SHAPES, (1,), emit, weights)  # the separate launches the model runs (chain)
             chain_times(weights, emit)
             fused_times(model_shapes, (8,), emit, weights)
             weights.clear()
@@ -259,7 +267,7 @@ def _fused_table(rows: list[dict]) -> None:
     for r in rows:
         if r["kind"] == "chain":
             iso = {v: sum(next((t[f"{v}_cold_us"] for t in rows if t["kind"] == "time" and t["shape"] == s
-                                and t["m"] == 1 and f"{v}_cold_us" in t), float("nan")) for s in CHAIN)
+                                and t["m"] == 1 and f"{v}_cold_us" in t), float("nan")) for s in r["linears"])
                    for v in ("two_cast", "fused_bf16")}
             for v in ("two_cast", "fused_bf16"):
                 print(f"chain M=1 {v}: {r[v + '_chain_us_per_layer']:.1f} us a layer in one graph vs "
