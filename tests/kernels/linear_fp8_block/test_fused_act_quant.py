@@ -196,3 +196,31 @@ def test_epilogue_rounding_is_torchs_bitwise() -> None:
         assert torch.equal(out.isnan(), nan), dtype
         assert torch.equal(out[~nan].view(torch.int16), want[~nan].view(torch.int16)), (
             f"{dtype}: {first_mismatch(out[~nan].float(), want[~nan].float())}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("n,k", [(1536, 4096), (32768, 1024), (4096, 8192)])
+def test_gpu_fused_bf16_equals_two_launch_cast_eager_and_graph(n: int, k: int) -> None:
+    """GPU (FP8 MMA, hardware e4m3 conversion of the in-register codes): the fused launch with the
+    bf16 epilogue equals the act_quant launch + linear + .to(bf16) bit for bit at M = 1, 2, 8, 16,
+    5 calls in a row, and under CUDA-graph replay on fresh inputs."""
+    w = weight(n, k, seed=41, device="cuda")
+    x = torch.randn(16, k, device="cuda").bfloat16()
+    for m in (1, 2, 8, 16):
+        want32 = _run(TWO_LAUNCH, x[:m], w, quantize_input=True)
+        for _ in range(5):
+            got32 = _run(None, x[:m], w, quantize_input=True)
+            assert _same_bits(got32, want32), f"{m=}: {first_mismatch(got32, want32)}"
+            got = _run(None, x[:m], w, quantize_input=True, out_dtype=torch.bfloat16)
+            assert _same_bits(got, want32.to(torch.bfloat16)), f"{m=} bf16: {first_mismatch(got.float(), want32.float())}"
+    static_x = x[:1].clone()
+    _run(None, static_x, w, quantize_input=True, out_dtype=torch.bfloat16)  # warm-up: autotuning, counters
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = _run(None, static_x, w, quantize_input=True, out_dtype=torch.bfloat16)
+    for i in range(3):
+        static_x.copy_(x[i + 1: i + 2] * (i + 2))
+        graph.replay()
+        want = _run(TWO_LAUNCH, static_x, w, quantize_input=True).to(torch.bfloat16)
+        assert _same_bits(static_out, want), f"replay {i}: {first_mismatch(static_out.float(), want.float())}"
