@@ -35,6 +35,7 @@ MODES = {  # name: (x pointer type, constexprs); weight-only bf16 x is the decod
     "wo_fp32x": ("*fp32", dict(X_MODE=0, X_PIECES=2, DOT=1, W_KIND=0)),
     "w8a8": ("*u8", dict(X_MODE=1, X_PIECES=1, DOT=2, W_KIND=0)),
     "wo_prepared": ("*fp16", dict(X_MODE=3, X_PIECES=1, DOT=1, W_KIND=0)),  # the issue-9 experiment
+    "w8a8_fused": ("*bf16", dict(X_MODE=4, X_PIECES=1, DOT=2, W_KIND=0)),  # session 6: x quantized in the program
 }
 LAUNCHES = {  # name: constexprs of the launch; "in_program" is the pre-issue-9 decode of a one-group layer
     "in_program": dict(SPLIT=False, FUSED_SUM=False),
@@ -44,8 +45,10 @@ LAUNCHES = {  # name: constexprs of the launch; "in_program" is the pre-issue-9 
     "even_split": dict(SPLIT=True, FUSED_SUM=False, EVEN=True),
     "even_fused": dict(SPLIT=True, FUSED_SUM=True, EVEN=True),
     "even_fused_pdl": dict(SPLIT=True, FUSED_SUM=True, EVEN=True, PDL=True),
+    # session 6, X_MODE 4 at M = 1: only the live row quantized (XQ_ROWS)
+    "even_fused_1row": dict(SPLIT=True, FUSED_SUM=True, EVEN=True, XQ_ROWS=1),
 }
-LAUNCH_DEFAULTS = dict(EVEN=False, PDL=False, PDL_BLOCKS=4)  # constexprs every launch passes (defaults in the kernel)
+LAUNCH_DEFAULTS = dict(EVEN=False, PDL=False, PDL_BLOCKS=4, XQ_ROWS=0)  # constexprs every launch passes (defaults in the kernel)
 CONFIGS = [(64, 4, 4), (128, 4, 4), (64, 4, 6)]  # (BLOCK_N, warps, stages): triton.DECODE_CONFIGS
 KEY_OPS = ("F2FP", "LDS", "LDSM", "STS", "SHFL", "HGMMA", "QGMMA", "BAR", "MEMBAR", "LDG", "LDGSTS", "FMUL", "FFMA",
            "FMNMX", "IMAD", "PRMT")
@@ -87,10 +90,12 @@ def compile_report(mode: str, launch: str, block_n: int, warps: int, stages: int
 
 def main() -> None:
     dump = Path(sys.argv[sys.argv.index("--dump") + 1]) if "--dump" in sys.argv else None
-    jobs = [(mode, launch, *CONFIGS[0]) for mode in MODES for launch in LAUNCHES if mode != "wo_prepared"]
+    jobs = [(mode, launch, *CONFIGS[0]) for mode in MODES for launch in LAUNCHES
+            if mode not in ("wo_prepared", "w8a8_fused") and launch != "even_fused_1row"]
     jobs += [("wo_prepared", launch, *CONFIGS[0]) for launch in ("split", "fused")]
     jobs += [("wo_bf16x", "fused", *cfg) for cfg in CONFIGS[1:]]
     jobs += [("wo_bf16x", "even_fused", 128, 8, 4), ("wo_prepared", "even_fused", *CONFIGS[0])]
+    jobs += [("w8a8_fused", launch, *cfg) for launch in ("even_fused", "even_fused_1row") for cfg in CONFIGS[:2]]
     reports = [compile_report(*job, dump=dump) for job in jobs]
     sm90.print_reports(reports)
 
