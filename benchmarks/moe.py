@@ -288,6 +288,36 @@ def baselines(row: dict, st: StackedExperts, case: tuple, n: int, pattern: str, 
             row["dequant_matmul_error"] = repr(exc)[:300]
 
 
+def warm(entries) -> None:
+    """Compile what a run of `entries` launches (prefill sizes, faithful numerics) on an 8-expert layer of
+    the same D and I: the kernels take the expert count only as a run-time value, except the sort
+    (cheap to compile), so the run's own layer then finds them in the Triton cache."""
+    global E
+    E_run, E = E, 8
+    try:
+        st = random_layer(1)
+        g = torch.Generator(device=DEVICE).manual_seed(0)
+        gate = (torch.randn(E, D, device=DEVICE, generator=g) * 0.02).bfloat16()
+        x = torch.randn(64, D, device=DEVICE, generator=g).bfloat16()
+        w, ids = route_triton(x, gate, top_k=TOP_K, routed_scaling=1.5, bias=torch.zeros(E, device=DEVICE))
+        kw = dict(limit=LIMIT, quantize_inputs=True, hidden_dtype=torch.bfloat16)
+        for _, v, which, cfg in entries:
+            if which == "mxfp4":
+                with stream_configured(cfg):
+                    moe_experts_triton(x, ids, w, st, variant=v, tile="prefill", **kw)
+        # the default variant: the prefill tile's two default row blocks, and one token (the stream decode)
+        for block_m in {prefill.CONFIG["block_m"], prefill.CONFIG["small_block_m"]}:
+            with stream_configured(f"m{block_m}w{prefill.CONFIG['num_warps']}s{prefill.CONFIG['num_stages']}"
+                                   f"n{prefill.CONFIG['down_block_n']}dw{prefill.CONFIG['down_num_warps']}"
+                                   f"ds{prefill.CONFIG['down_num_stages']}"):
+                moe_experts_triton(x, ids, w, st, variant="bf16", tile="prefill", **kw)
+        moe_experts_triton(x[:1], ids[:1], w[:1], st, **kw)
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+    finally:
+        E = E_run
+
+
 def cpu_smoke_setup() -> None:
     """--cpu-smoke: every section on the CPU under TRITON_INTERPRET=1 with a tiny layer (8 experts,
     D 256, I 128), host wall-clock timers in place of the CUDA ones: checks that the script runs
@@ -348,13 +378,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS))
-    ap.add_argument("--skip", nargs="*", default=[], choices=["parity", "invariance", "timing"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["parity", "invariance", "timing", "extras"],
+                    help="extras: the router and shared-expert timings")
     ap.add_argument("--deadline", type=float, default=165.0, help="seconds after which no new token count is timed")
     ap.add_argument("--variants", nargs="*", default=["bf16", "w4a8", "repack"], choices=list(TIMED_VARIANTS),
                     help="routed-part variants to time (bf16-split: issue 10's split decode, next to bf16)")
     ap.add_argument("--stream-configs", nargs="*", default=[], help="bf16-stream configs to time (docstring)")
     ap.add_argument("--prefill-configs", nargs="*", default=[], help="bf16-prefill configs to time (docstring)")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny layer on the CPU under TRITON_INTERPRET=1 (runs through)")
+    ap.add_argument("--time-tokens", type=int, nargs="*", default=None, help="token counts to time (default: --tokens)")
+    ap.add_argument("--warm-only", action="store_true",
+                    help="compile every timed entry on an 8-expert layer of the same D, I (run several at once to "
+                         "fill the Triton cache in parallel), then exit")
     ap.add_argument("--parity-max-tokens", type=int, default=1024, help="parity runs min(tokens, this)")
     ap.add_argument("--no-twin", action="store_true", help="parity: skip the fp64 twin (bit checks vs bf16 only)")
     ap.add_argument("--baselines", choices=["all", "grouped", "none"], default="all",
@@ -375,6 +410,10 @@ def main() -> None:
     else:
         assert torch.cuda.is_available(), "benchmarks/moe.py needs a GPU"
     t_start = time.time()
+    if args.warm_only:
+        warm(entries)
+        print(f"warm: {[e[0] for e in entries]} compiled in {time.time() - t_start:.0f} s", flush=True)
+        return
     log: list[dict] = []
     st = random_layer(1)
     gen = torch.Generator(device=DEVICE).manual_seed(2)
@@ -474,10 +513,10 @@ def main() -> None:
 
     def timing():
         shared = {}
-        section("shared expert weights", log, lambda: shared.update(
+        section("shared expert weights", log, lambda: "extras" in args.skip or shared.update(
             {n: QuantizedWeight.quantize(torch.randn(*shape, device=DEVICE) * 0.02, WeightLayout.FP8_BLOCK)
              for n, shape in (("w1", (I, D)), ("w3", (I, D)), ("w2", (D, I)))}))
-        for n in args.tokens:
+        for n in args.tokens if args.time_tokens is None else args.time_tokens:
             if time.time() - t_start > args.deadline:
                 log.append({"kind": "error", "section": "timing", "error": f"deadline: skipped tokens={n}"})
                 print(log[-1], flush=True)
@@ -502,7 +541,7 @@ def main() -> None:
                         row[f"{col}_frac_copy"] = row[f"{col}_TBs"] * 1e12 / copy_bw
                     except Exception as exc:
                         row[f"{col}_error"] = repr(exc)[:300]
-                if pattern == "real":
+                if pattern == "real" and "extras" not in args.skip:
                     try:
                         calls = [lambda c=c: route_triton(c[0], gate, top_k=TOP_K, routed_scaling=1.5, bias=bias)
                                  for c in cases]

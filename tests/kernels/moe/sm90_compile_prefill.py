@@ -16,7 +16,9 @@ are indicative. TRITON_INTERPRET is forced off: run it as a script, never import
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -41,11 +43,23 @@ KERNELS = {  # name: (kernel, constexprs, pointer types, MMA FLOP per K-loop tri
     "fused_gate_up": (_moe_gate_up_kernel, dict(FUSED, BLOCK_N=128, H_BF16=True, QUANT_H=True, H_CODES=False),
                       TYPES, 2 * 128 * 128),
     "fused_down": (_moe_down_kernel, dict(FUSED, BLOCK_N=128), TYPES, 2 * 128 * 128),
-    "prefill_gate_up": (_moe_prefill_gate_up_kernel, dict(DOT=1, X_PIECES=1, USE_ASM=True, H_BF16=True, QUANT_H=True),
-                        {**TYPES, **WORDS}, 2 * 2 * 128 * 128),
-    "prefill_down": (_moe_prefill_down_kernel, dict(DOT=1, X_PIECES=1, USE_ASM=True, BLOCK_N=128),
+    "prefill_gate_up": (_moe_prefill_gate_up_kernel, dict(DOT=1, X_PIECES=1, USE_ASM=True, H_BF16=True, QUANT_H=True,
+                                                          I=2048, D=4096), {**TYPES, **WORDS}, 2 * 2 * 128 * 128),
+    "prefill_down": (_moe_prefill_down_kernel, dict(DOT=1, X_PIECES=1, USE_ASM=True, BLOCK_N=128, I=2048, D=4096),
                      {**TYPES, **WORDS}, 2 * 128 * 128),
 }
+
+
+def _wgmma_serialized(ptx: str) -> bool:
+    """Whether ptxas serializes the wgmmas (its advisory C7515: it waits for each before the next; seen
+    when K was a run-time value and the loop's zero-trip path fed the accumulators' zero init to the
+    wait at the loop exit)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.ptx"
+        path.write_text(ptx)
+        out = subprocess.run([str(sm90.PTXAS), "-v", "--gpu-name=sm_90a", str(path), "-o", str(path.with_suffix(".o"))],
+                             capture_output=True, text=True, check=True).stderr
+    return "C7515" in out
 
 
 def compile_report(name: str, block_m: int, warps: int, stages: int, dump: Path | None = None, **extra) -> dict:
@@ -54,6 +68,7 @@ def compile_report(name: str, block_m: int, warps: int, stages: int, dump: Path 
     signature, attrs = sm90.signature(kernel, consts, types, default="i32", divisible=DIVISIBLE)
     compiled, compile_s = sm90.compile_sm90(kernel, signature, consts, attrs, num_warps=warps, num_stages=stages)
     regs, cubin = sm90.ptxas_report(compiled.asm["ptx"])
+    serialized = _wgmma_serialized(compiled.asm["ptx"])
     sass = sm90.disassemble(cubin, "nvdisasm", "-c")
     tag = f"{name}-m{block_m}w{warps}s{stages}" + "".join(f"{k}{v}" for k, v in extra.items())
     if dump is not None:
@@ -68,7 +83,7 @@ def compile_report(name: str, block_m: int, warps: int, stages: int, dump: Path 
     async_copies, sync_loads = _loop_loads(compiled.asm["ttgir"])
     return {"kernel": tag, "n_regs": regs["n_regs"], "spill_bytes": regs["spill_store_bytes"] + regs["spill_load_bytes"],
             "smem_bytes": smem, "programs_per_sm": min(by_regs, by_smem, 32), "async_copies": async_copies,
-            "sync_loads_in_loop": sync_loads, "k_loop_instr": len(loop),
+            "sync_loads_in_loop": sync_loads, "wgmma_serialized": serialized, "k_loop_instr": len(loop),
             "instr_per_kflop": round(len(loop) * warps / (flop_per_row * block_m / 1000), 3),
             "compile_s": round(compile_s, 1), "k_loop_ops": {op: counts[op] for op in KEY_OPS if counts[op]}}
 
@@ -76,7 +91,7 @@ def compile_report(name: str, block_m: int, warps: int, stages: int, dump: Path 
 def main() -> None:
     dump = Path(sys.argv[sys.argv.index("--dump") + 1]) if "--dump" in sys.argv else None
     reports = [compile_report("fused_gate_up", 64, 8, 3, dump), compile_report("fused_down", 64, 8, 3, dump)]
-    configs = [(64, 8, 3), (128, 8, 3)] if "--quick" in sys.argv else [(64, 4, 3), (64, 8, 3), (64, 8, 4),
+    configs = [(64, 8, 3), (128, 8, 3)] if "--quick" in sys.argv else [(32, 4, 3), (64, 4, 3), (64, 8, 3), (64, 8, 4),
                                                                         (128, 8, 2), (128, 8, 3)]
     for m, w, s in configs:
         reports += [compile_report("prefill_gate_up", m, w, s, dump), compile_report("prefill_down", m, w, s, dump)]

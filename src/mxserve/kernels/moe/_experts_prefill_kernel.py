@@ -19,7 +19,12 @@ numbers with the stream decode's K loop (`_experts_stream_kernel.py`) at prefill
 * the hidden state h is stored at the row's sorted position (rows of a block are consecutive) in
   even-then-odd order, so the down kernel reads it as contiguous halves too;
 * rows come from the align sort (`align.py`) in blocks of BLOCK_M (64 / 128: one decode of a
-  weight tile serves that many rows), so no program scans the routing.
+  weight tile serves that many rows), so no program scans the routing;
+* I and D are compile-time constants (one compile per layer shape): with a run-time K the loop's
+  zero-trip path hands the accumulators' zero init to the wgmma wait at the loop exit, and ptxas
+  then serializes every wgmma of the loop (advisory C7515: a wait after each 64x64x16 MMA, so no
+  decode overlaps an MMA); with K known it issues them in batches of 4 and decodes the next
+  weight tile while they run (`tests/kernels/moe/sm90_compile_prefill.py` reports both).
 
 Bit-identity with "bf16-split" / "bf16-stream" (and "bf16-fused", as they are): the weights are the
 same exact bf16 values (`_mxfp4_quads_bf16`), the activations the same values, each output
@@ -53,7 +58,7 @@ def _moe_prefill_gate_up_kernel(
     xp_ptr, w1_ptr, w1s_ptr, w3_ptr, w3s_ptr,
     sorted_ptr, block_expert_ptr, expert_start_ptr, expert_count_ptr, route_w_ptr,
     h_ptr,
-    I, D, num_pairs, top_k, limit,
+    I: tl.constexpr, D: tl.constexpr, num_pairs, top_k, limit,
     stride_x, stride_we, stride_wn, stride_wse, stride_wsn, stride_h,
     BLOCK_M: tl.constexpr, DOT: tl.constexpr, X_PIECES: tl.constexpr, USE_ASM: tl.constexpr,
     H_BF16: tl.constexpr, QUANT_H: tl.constexpr,
@@ -104,7 +109,7 @@ def _moe_prefill_down_kernel(
     h_ptr, w2_ptr, w2s_ptr,
     sorted_ptr, block_expert_ptr, expert_start_ptr, expert_count_ptr,
     y_ptr,
-    I, D, num_pairs,
+    I: tl.constexpr, D: tl.constexpr, num_pairs,
     stride_h, stride_we, stride_wn, stride_wse, stride_wsn, stride_y,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT: tl.constexpr, X_PIECES: tl.constexpr,
     USE_ASM: tl.constexpr,
