@@ -12,7 +12,8 @@ engine and `profile_decode.py` do), runs one warm-up decode step, then counts on
 read-backs the GPU path skips). What the CPU count cannot see: on CUDA the shared expert runs
 the FP8 Triton linear (here its torch twin), so the CUDA count differs in the MoE's shared part.
 
-    TRITON_INTERPRET=1 PYTHONPATH=src:. python -m tests.model.launch_count default tiny-flash
+    TRITON_INTERPRET=1 MXSERVE_TRITON_PAGED_SLOTS=1 PYTHONPATH=src:. python -m tests.model.launch_count \
+        default tiny-flash [--dry]
 """
 
 from __future__ import annotations
@@ -68,8 +69,11 @@ class LaunchCounter(TorchDispatchMode):
         return sum(self.aten.values()) + sum(self.triton.values())
 
     @contextlib.contextmanager
-    def counting_triton(self) -> Iterator[None]:
-        """Count each outermost Triton launch once (autotuner and interpreter calls nest)."""
+    def counting_triton(self, *, execute: bool = True) -> Iterator[None]:
+        """Count each outermost Triton launch once (autotuner and interpreter calls nest).
+        `execute=False` counts without running the kernels (their outputs stay uninitialised): the
+        decode step's launches do not depend on values (it is CUDA-graph capturable: no host
+        branch reads a device value), and the interpreter is most of a counted step's time."""
         from triton.runtime.autotuner import Autotuner
         from triton.runtime.interpreter import InterpretedFunction
 
@@ -80,6 +84,8 @@ class LaunchCounter(TorchDispatchMode):
             def counted(fn_self, *args, **kwargs):
                 if counter._inside_triton == 0 and not kwargs.get("warmup", False):
                     counter.triton[getattr(fn_self, "__name__", None) or type(fn_self).__name__] += 1
+                if not execute:
+                    return None
                 counter._inside_triton += 1
                 try:
                     return run(fn_self, *args, **kwargs)
@@ -157,8 +163,9 @@ def _model_and_weights(which: str):
     raise ValueError(f"unknown model {which!r}: default or tiny-flash")
 
 
-def decode_step_launches(which: str, *, batch: int = 1, context: int = 40) -> LaunchCounter:
-    """The launches of one decode step (`decode_forward`, `batch` rows at position `context`)."""
+def decode_step_launches(which: str, *, batch: int = 1, context: int = 40, execute: bool = True) -> LaunchCounter:
+    """The launches of one decode step (`decode_forward`, `batch` rows at position `context`);
+    `execute=False`: the Triton kernels are counted, not run (see `counting_triton`)."""
     from mxserve.bench.layers.cache import build_cache_state
     from mxserve.model.decode_batch import DecodeGeometry, build_decode_batch
     from mxserve.model.kernel_selection import build_engine_model
@@ -177,19 +184,17 @@ def decode_step_launches(which: str, *, batch: int = 1, context: int = 40) -> La
                 cache.sync_free = True
     geometry = DecodeGeometry.for_positions(config, state.block_size, max_len)
     seqs = list(range(batch))
-    counter = LaunchCounter()
+    counter, warm_up = LaunchCounter(), LaunchCounter()
     with torch.no_grad(), gpu_like_checks():
-        for step in range(2):  # step 0 warms up (autotuners, expert stacking); step 1 is counted
+        for step, c in enumerate((warm_up, counter)):  # the warm-up: autotuners, expert stacking
             decode = build_decode_batch([3] * batch, seqs, [context + step] * batch, state, geometry, num_rows=batch)
-            if step == 0:
-                model.decode_forward(decode, state, geometry)
-                continue
-            with counter.counting_triton(), counter:
+            with c.counting_triton(execute=execute), c:
                 model.decode_forward(decode, state, geometry)
     return counter
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:] or ["tiny-flash", "default"]:
+    names = [a for a in sys.argv[1:] if not a.startswith("--")] or ["tiny-flash", "default"]
+    for name in names:
         print(f"[{name}] one decode step, batch 1")
-        print(decode_step_launches(name).report())
+        print(decode_step_launches(name, execute="--dry" not in sys.argv).report())

@@ -206,7 +206,8 @@ class DeepseekV4Model:
         Returns the hc streams [T, hc, D] after the last layer."""
         cfg, sd = self.config, self.policy.stream_dtype
         hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
-        streams = self.embed[token_ids].to(sd)[:, None, :].expand(-1, cfg.hc_mult, -1).contiguous()
+        # one gather straight into the hc streams [T, hc, D] (not a gather, then a copy of the expand)
+        streams = self.embed[token_ids[:, None].expand(-1, cfg.hc_mult)].to(sd)
         for hc_attn, attn_norm, attention, hc_ffn, ffn_norm, moe, ctx in self.layers:
             kernels = ctx.kernels
             block_in, post, comb = kernels.hc_pre(streams, hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
