@@ -155,14 +155,17 @@ def fused_checks(shapes: dict, ms: tuple, device: str, emit) -> int:
         w = _weight(n, k, 0, device)
         for m in ms:
             x = _activations(m, k, device)
-            two = _fp32_call(TWO_LAUNCH, x, w)
-            fused = [_fp32_call(FUSED, x, w) for _ in range(3)]
-            row = {"kind": "check", "shape": name, "m": m,
-                   "fused_equal": _bits_equal(fused[0], two),
-                   "fused_repeat_equal": all(_bits_equal(f, fused[0]) for f in fused[1:]),
-                   "fused_bf16_equal": _bits_equal(_variant_call("fused_bf16", x, w), two.to(torch.bfloat16)),
-                   "two_bf16_equal": _bits_equal(_variant_call("two_bf16", x, w), two.to(torch.bfloat16)),
-                   "finite": bool(two.isfinite().all())}
+            row = {"kind": "check", "shape": name, "m": m}
+            try:
+                two = _fp32_call(TWO_LAUNCH, x, w)
+                fused = [_fp32_call(FUSED, x, w) for _ in range(3)]
+                row.update(fused_equal=_bits_equal(fused[0], two),
+                           fused_repeat_equal=all(_bits_equal(f, fused[0]) for f in fused[1:]),
+                           fused_bf16_equal=_bits_equal(_variant_call("fused_bf16", x, w), two.to(torch.bfloat16)),
+                           two_bf16_equal=_bits_equal(_variant_call("two_bf16", x, w), two.to(torch.bfloat16)),
+                           finite=bool(two.isfinite().all()))
+            except Exception as e:  # a failed case is a failed check; the others still run
+                row.update(error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", checks_equal=False)
             failures += sum(not v for key, v in row.items() if key.endswith("equal"))
             emit(row)
         del w
