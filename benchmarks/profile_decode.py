@@ -4,6 +4,10 @@
 CUDA-graph step. That split is dominated by host overhead ("other" was ~60% of the step on the
 H200) and says nothing about the replayed step. This script asks the device instead:
 
+Launch counts and device time are summed over device rows (kernels, memcpy, memset); sessions 4-5
+summed every row with device time, which counts most launches twice (the aten op on the host and
+its kernel): both sums are printed and kept.
+
 1. `flash`: the bench-layers model (DeepSeek-V4-Flash shapes, random release-format weights, the
    engine's kernel selection from --kernels), one decode step of batch B at context C through
    the engine's static decode path, under torch.profiler with CUDA activities: every kernel's
@@ -24,6 +28,7 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
 import time
 from pathlib import Path
@@ -41,14 +46,30 @@ from mxserve.testing.tiny_configs import get_config
 
 
 def kernel_rows(prof: Any, steps: int) -> list[dict[str, Any]]:
-    """Device-time rows (us per step, launches per step) by kernel name, largest first."""
+    """Device-time rows (us per step, launches per step) by name, largest first. `on_device`: the row
+    is a device activity (a kernel, a memcpy/memset). The other rows with device time are host-side
+    events (an aten op, cuLaunchKernelEx) that the profiler credits with their kernels' time: they
+    count each launch a second time, so launches and device time are summed over `on_device` rows."""
+    from torch.autograd import DeviceType
+
     rows = []
     for evt in prof.key_averages():
         dev_us = getattr(evt, "self_device_time_total", 0.0) or 0.0
         if dev_us <= 0:
             continue
-        rows.append({"kernel": evt.key[:90], "us_per_step": dev_us / steps, "launches_per_step": evt.count / steps})
+        rows.append({"kernel": evt.key[:90], "us_per_step": dev_us / steps, "launches_per_step": evt.count / steps,
+                     "on_device": evt.device_type != DeviceType.CPU})
     return sorted(rows, key=lambda r: -r["us_per_step"])
+
+
+def device_totals(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Per step: device launches and their time (device rows only), and the sums over every row as
+    sessions 4-5 reported them (host rows included, so each launch counted about twice)."""
+    dev = [r for r in rows if r.get("on_device", True)]
+    return {"device_launches": sum(r["launches_per_step"] for r in dev),
+            "device_ms": sum(r["us_per_step"] for r in dev) / 1e3,
+            "all_rows_launches": sum(r["launches_per_step"] for r in rows),
+            "all_rows_ms": sum(r["us_per_step"] for r in rows) / 1e3}
 
 
 def print_rows(rows: list[dict[str, Any]], top: int) -> None:
@@ -57,11 +78,13 @@ def print_rows(rows: list[dict[str, Any]], top: int) -> None:
     for r in rows[:top]:
         print(f"{r['us_per_step']:9.1f} {100 * r['us_per_step'] / total:5.1f} {r['launches_per_step']:7.1f}  {r['kernel']}")
     print(f"{total:9.1f} 100.0 {sum(r['launches_per_step'] for r in rows):7.1f}  (all kernels)")
+    t = device_totals(rows)
+    print(f"{1e3 * t['device_ms']:9.1f}       {t['device_launches']:7.1f}  (device rows only: kernels, memcpy, memset)")
 
 
 def profile_flash(args: argparse.Namespace, overrides: dict[str, str], source: str) -> dict[str, Any]:
-    device = torch.device("cuda")
-    full = get_config("flash")
+    device = torch.device(args.device)
+    full = get_config(args.config)
     kinds = layer_plan(full, args.layers)
     config = bench_config(full, kinds)
     weights = random_weights(config, device, seed=0)
@@ -75,32 +98,57 @@ def profile_flash(args: argparse.Namespace, overrides: dict[str, str], source: s
     geometry = DecodeGeometry.for_positions(config, state.block_size, max_len)
     tokens, seqs, positions = list(range(args.batch)), list(range(args.batch)), [args.context] * args.batch
     bucket = next(b for b in (1, 2, 4, 8, 16, 32, 64) if b >= args.batch)
-    eager = DecodeGraphs(model, state, geometry, device, capture=False)
-    for _ in range(3):  # compiles, allocator
-        eager.run(tokens, seqs, positions, bucket)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(args.steps):
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def measure() -> dict[str, Any]:
+        eager = DecodeGraphs(model, state, geometry, device, capture=False)
+        for _ in range(3):  # compiles, allocator
             eager.run(tokens, seqs, positions, bucket)
-        torch.cuda.synchronize()
-    rows = kernel_rows(prof, args.steps)
-    graphs = DecodeGraphs(model, state, geometry, device)
-    graph_ms = None
-    if graphs.run(tokens, seqs, positions, bucket) is not None:
-        times = []
-        for _ in range(10):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            graphs.run(tokens, seqs, positions, bucket)
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        graph_ms = sorted(times)[len(times) // 2] * 1e3
-    out.update(kernels=rows, kernel_sum_ms=sum(r["us_per_step"] for r in rows) / 1e3, graph_step_ms=graph_ms,
-               graph_status=graphs.unavailable or "replayed")
-    print(f"\n[flash] {len(kinds)} layers ({', '.join(out['layers'])}) + head, batch {args.batch}, ctx {args.context}: "
-          f"kernel time {out['kernel_sum_ms']:.2f} ms/step, graph replay {graph_ms and round(graph_ms, 2)} ms "
-          f"({out['graph_status']})")
-    print_rows(rows, args.top)
+        sync()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.steps):
+                eager.run(tokens, seqs, positions, bucket)
+            sync()
+        rows = kernel_rows(prof, args.steps)
+        graphs = DecodeGraphs(model, state, geometry, device, capture=device.type == "cuda")
+        graph_ms = None
+        if device.type == "cuda" and graphs.run(tokens, seqs, positions, bucket) is not None:
+            times = []
+            for _ in range(20):
+                sync()
+                t0 = time.perf_counter()
+                graphs.run(tokens, seqs, positions, bucket)
+                sync()
+                times.append(time.perf_counter() - t0)
+            graph_ms = sorted(times)[len(times) // 2] * 1e3
+        return dict(kernels=rows, kernel_sum_ms=sum(r["us_per_step"] for r in rows) / 1e3, **device_totals(rows),
+                    graph_step_ms=graph_ms, graph_status=graphs.unavailable or ("replayed" if graph_ms else "not captured"))
+
+    variants = [("as built", None)]
+    if args.ab_slot_maps:  # the same model and caches with the step's slot maps map by map (the twin's ops)
+        variants.append(("slot maps map by map (MXSERVE_TORCH_PAGED_SLOTS=1)", "1"))
+    for label, torch_slots in variants:
+        saved = os.environ.pop("MXSERVE_TORCH_PAGED_SLOTS", None)
+        if torch_slots is not None:
+            os.environ["MXSERVE_TORCH_PAGED_SLOTS"] = torch_slots
+        try:
+            m = measure()
+        finally:
+            os.environ.pop("MXSERVE_TORCH_PAGED_SLOTS", None)
+            if saved is not None:
+                os.environ["MXSERVE_TORCH_PAGED_SLOTS"] = saved
+        if torch_slots is None:
+            out.update(m)
+        else:
+            out["ab_slot_maps"] = m
+        print(f"\n[flash, {label}] {len(kinds)} layers ({', '.join(out['layers'])}) + head, batch {args.batch}, "
+              f"ctx {args.context}: device {m['device_launches']:.0f} launches {m['device_ms']:.3f} ms/step "
+              f"(all rows {m['all_rows_launches']:.0f} / {m['all_rows_ms']:.3f}), graph replay "
+              f"{m['graph_step_ms'] and round(m['graph_step_ms'], 3)} ms ({m['graph_status']})")
+        print_rows(m["kernels"], args.top)
     return out
 
 
@@ -126,10 +174,11 @@ def profile_default(args: argparse.Namespace, overrides: dict[str, str]) -> dict
     text = io.StringIO()
     pstats.Stats(prof_host, stream=text).sort_stats("tottime").print_stats(25)
     out = {"batch": rows_n, "tok_s": rows_n * args.new_tokens / wall, "ms_per_token": 1e3 * wall / args.new_tokens,
-           "kernel_ms_per_token": sum(r["us_per_step"] for r in rows) / 1e3, "kernels": rows,
+           "kernel_ms_per_token": sum(r["us_per_step"] for r in rows) / 1e3, **device_totals(rows), "kernels": rows,
            "host_profile": text.getvalue()}
     print(f"\n[default] batch {rows_n}, {args.new_tokens} tokens: {out['tok_s']:.1f} tok/s = {out['ms_per_token']:.2f} "
-          f"ms/step; device kernels {out['kernel_ms_per_token']:.2f} ms/step")
+          f"ms/step; device {out['device_launches']:.0f} launches {out['device_ms']:.3f} ms/step (all rows "
+          f"{out['all_rows_launches']:.0f} / {out['kernel_ms_per_token']:.2f} ms)")
     print_rows(rows, min(args.top, 12))
     print("\n".join(text.getvalue().splitlines()[:45]))
     return out
@@ -141,18 +190,23 @@ def main() -> None:
     ap.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton,hc=triton",
                     help="op=backend overrides, as `mxserve bench layers --kernels`")
     ap.add_argument("--layers", type=int, default=2, help="Flash layers to build (CSA, HCA, ...)")
+    ap.add_argument("--config", default="flash", help="flash: the model config (tiny-all: the CPU smoke)")
+    ap.add_argument("--device", default="cuda", help="flash: cpu only for the smoke (TRITON_INTERPRET=1)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--steps", type=int, default=5, help="profiled decode steps")
     ap.add_argument("--new-tokens", type=int, default=64, help="default model: tokens per generate")
     ap.add_argument("--default-batch", type=int, default=1, help="default model: concurrent requests")
     ap.add_argument("--top", type=int, default=30, help="kernel rows to print")
+    ap.add_argument("--ab-slot-maps", action="store_true",
+                    help="flash: profile again with the step's slot maps map by map (MXSERVE_TORCH_PAGED_SLOTS=1)")
     ap.add_argument("--out", type=Path, default=Path("profile_decode.json"))
     args = ap.parse_args()
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("profile_decode: needs a CUDA device")
     overrides, source = parse_kernels_option(args.kernels)
-    result: dict[str, Any] = {"device": torch.cuda.get_device_name(), "kernels": overrides}
+    result: dict[str, Any] = {"device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
+                              "kernels": overrides}
     if "flash" in args.what:
         result["flash"] = profile_flash(args, overrides, source)
         torch.cuda.empty_cache()
