@@ -112,8 +112,8 @@ class TensorParallelModel:
         kernels, policy, plan = ctx.kernels, ctx.policy, self.plan
         sd, num_tokens = policy.stream_dtype, heads.shape[0]
         if plan.ranks_per_group == 1:  # whole groups: wo_a local, wo_b row-parallel
-            grouped = kernels.grouped_linear(heads.reshape(num_tokens, plan.groups_per_rank, -1), w.wo_a)
-            partial = kernels.linear(grouped.to(sd).flatten(1), w.wo_b, quantize_input=policy.quantize_gemm_inputs)
+            grouped = kernels.grouped_linear(heads.reshape(num_tokens, plan.groups_per_rank, -1), w.wo_a, out_dtype=sd)
+            partial = kernels.linear(grouped.flatten(1), w.wo_b, quantize_input=policy.quantize_gemm_inputs)
             return self.groups.all_reduce(partial).to(sd)
         # A group over several ranks: sum the group output inside the group first, so that its
         # rounding to the stream dtype and wo_b's input QAT see exactly what one process sees.

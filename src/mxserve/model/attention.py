@@ -80,8 +80,8 @@ def output_projection(heads: torch.Tensor, w: AttentionWeights, ctx: LayerContex
     Tensor parallelism (`mxserve.distributed`) replaces this step with its sharded twin."""
     cfg, policy, kernels = ctx.config, ctx.policy, ctx.kernels
     sd, num_tokens = policy.stream_dtype, heads.shape[0]
-    grouped = kernels.grouped_linear(heads.reshape(num_tokens, cfg.o_groups, -1), w.wo_a).to(sd)
-    return kernels.linear(grouped.flatten(1), w.wo_b, quantize_input=policy.quantize_gemm_inputs).to(sd)
+    grouped = kernels.grouped_linear(heads.reshape(num_tokens, cfg.o_groups, -1), w.wo_a, out_dtype=sd)
+    return kernels.linear(grouped.flatten(1), w.wo_b, quantize_input=policy.quantize_gemm_inputs, out_dtype=sd)
 
 
 def attention_heads(
@@ -124,15 +124,15 @@ def project_inputs(
     cfg, policy, kernels = ctx.config, ctx.policy, ctx.kernels
     sd, qi = policy.stream_dtype, policy.quantize_gemm_inputs
     num_tokens = x.shape[0]
-    qr = kernels.rms_norm(kernels.linear(x, w.wq_a, quantize_input=qi).to(sd), w.q_norm, cfg.rms_norm_eps)
-    q = kernels.linear(qr, w.wq_b, quantize_input=qi).to(sd).view(num_tokens, cfg.num_attention_heads, cfg.head_dim)
+    qr = kernels.rms_norm(kernels.linear(x, w.wq_a, quantize_input=qi, out_dtype=sd), w.q_norm, cfg.rms_norm_eps)
+    q = kernels.linear(qr, w.wq_b, quantize_input=qi, out_dtype=sd).view(num_tokens, cfg.num_attention_heads, cfg.head_dim)
     q = kernels.q_norm_rope(q, positions, ctx.inv_freq, cfg.rms_norm_eps)
-    kv = kernels.linear(x, w.wkv, quantize_input=qi).to(sd)  # kv_norm + RoPE happen in kv_insert
+    kv = kernels.linear(x, w.wkv, quantize_input=qi, out_dtype=sd)  # kv_norm + RoPE happen in kv_insert
 
     indexer_q = indexer_w = None
     if w.indexer is not None:
         ih, idim = cfg.index_n_heads, cfg.index_head_dim
-        indexer_q = kernels.linear(qr, w.indexer.wq_b, quantize_input=qi).to(sd).view(num_tokens, ih, idim)
+        indexer_q = kernels.linear(qr, w.indexer.wq_b, quantize_input=qi, out_dtype=sd).view(num_tokens, ih, idim)
         indexer_q = kernels.rope(indexer_q, positions, ctx.inv_freq)
         indexer_w = kernels.linear(x, w.indexer.weights_proj) * (idim**-0.5 * ih**-0.5)
     return q, kv, indexer_q, indexer_w

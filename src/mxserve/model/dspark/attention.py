@@ -37,10 +37,10 @@ def draft_block_attention(
         raise ValueError(f"draft_block_attention: {num_rows} rows is not a multiple of block_width={block_width}")
     num_seqs = num_rows // block_width
 
-    qr = rms_norm(kernels.linear(x, w.wq_a, quantize_input=qi).to(sd), w.q_norm, cfg.rms_norm_eps)
-    q = kernels.linear(qr, w.wq_b, quantize_input=qi).to(sd).view(num_rows, heads, head_dim)
+    qr = rms_norm(kernels.linear(x, w.wq_a, quantize_input=qi, out_dtype=sd), w.q_norm, cfg.rms_norm_eps)
+    q = kernels.linear(qr, w.wq_b, quantize_input=qi, out_dtype=sd).view(num_rows, heads, head_dim)
     q = apply_rope(unweighted_rms_norm(q, cfg.rms_norm_eps), positions, inv_freq)
-    kv = rms_norm(kernels.linear(x, w.wkv, quantize_input=qi).to(sd), w.kv_norm, cfg.rms_norm_eps)
+    kv = rms_norm(kernels.linear(x, w.wkv, quantize_input=qi, out_dtype=sd), w.kv_norm, cfg.rms_norm_eps)
     kv = apply_rope(kv, positions, inv_freq)
 
     scratch = PagedKVCache(1, num_rows, mode=policy.kv_cache_dtype.value, head_dim=head_dim,
@@ -57,5 +57,5 @@ def draft_block_attention(
         ]
         out[rows] = kernels.sparse_attention(q[rows], sources, w.sink, head_dim**-0.5)
     out = apply_rope(out.to(sd), positions, inv_freq, inverse=True)
-    grouped = kernels.grouped_linear(out.reshape(num_rows, cfg.o_groups, -1), w.wo_a).to(sd)
-    return kernels.linear(grouped.flatten(1), w.wo_b, quantize_input=qi).to(sd)
+    grouped = kernels.grouped_linear(out.reshape(num_rows, cfg.o_groups, -1), w.wo_a, out_dtype=sd)
+    return kernels.linear(grouped.flatten(1), w.wo_b, quantize_input=qi, out_dtype=sd)

@@ -115,11 +115,11 @@ class DSparkDraft:
         if aux.shape[0] == 0:
             return
         cfg, sd, qi = self.config, self.policy.stream_dtype, self.policy.quantize_gemm_inputs
-        main_x = rms_norm(self.kernels.linear(aux.to(sd), self.main_proj, quantize_input=qi).to(sd), self.main_norm,
+        main_x = rms_norm(self.kernels.linear(aux.to(sd), self.main_proj, quantize_input=qi, out_dtype=sd), self.main_norm,
                           cfg.rms_norm_eps)
         for s, stage in enumerate(self.stages):
             w = stage.attention
-            kv = rms_norm(self.kernels.linear(main_x, w.wkv, quantize_input=qi).to(sd), w.kv_norm, cfg.rms_norm_eps)
+            kv = rms_norm(self.kernels.linear(main_x, w.wkv, quantize_input=qi, out_dtype=sd), w.kv_norm, cfg.rms_norm_eps)
             windows[s].write(slots, apply_rope(kv, positions, self.inv_freq))
 
     # ------------------------------------------------------------------ the block
