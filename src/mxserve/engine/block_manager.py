@@ -43,6 +43,9 @@ class BlockManager:
         # decode step costs a dict lookup, not a copy of a 256K-token table.
         self._table_views: dict[str, BlockTables] = {}
         self._no_tables: BlockTables = MappingProxyType({spec.name: () for spec in specs})
+        # request id → the most positions its pages hold in every pool (PoolSpec.max_positions): a
+        # chunk ending there needs no page; rebuilt with the view
+        self._capacity: dict[str, int] = {}
 
     # ------------------------------------------------------------------ queries
     def num_free(self, pool: str) -> int:
@@ -92,10 +95,16 @@ class BlockManager:
     def allocate(self, request: Request, num_new_tokens: int) -> bool:
         """Grow the request's tables so they cover [0, num_computed_tokens + num_new_tokens).
         All pools or none: returns False and changes nothing when any pool is short."""
+        request_id = request.request_id
+        end_pos = request.num_computed_tokens + num_new_tokens
+        if 0 <= num_new_tokens and end_pos <= self._capacity.get(request_id, -1):
+            # Most decode steps: the pages held already fit end_pos in every pool (no pool needs a
+            # page), so skip the per-pool sums; the tables and their view are unchanged.
+            self._num_positions[request_id] = max(self._num_positions[request_id], end_pos)
+            return True
         needed = self._new_pages_needed(request, num_new_tokens)
         if any(count > len(self._free_pages[name]) for name, count in needed.items()):
             return False
-        request_id = request.request_id
         tables = self._tables.setdefault(request_id, {name: [] for name in self.pool_specs})
         grew = request_id not in self._table_views
         for name, count in needed.items():
@@ -103,10 +112,11 @@ class BlockManager:
             for _ in range(count):
                 tables[name].append(free.pop())
             grew = grew or count > 0
-        end_pos = request.num_computed_tokens + num_new_tokens
         self._num_positions[request_id] = max(self._num_positions.get(request_id, 0), end_pos)
         if grew:
             self._table_views[request_id] = MappingProxyType({name: tuple(t) for name, t in tables.items()})
+            self._capacity[request_id] = min(spec.max_positions(len(tables[name]))
+                                             for name, spec in self.pool_specs.items())
         return True
 
     def free(self, request: Request) -> None:
@@ -116,6 +126,7 @@ class BlockManager:
         tables = self._tables.pop(request_id, None)
         self._num_positions.pop(request_id, None)
         self._table_views.pop(request_id, None)
+        self._capacity.pop(request_id, None)
         if tables is None:
             return
         for name, pages in tables.items():

@@ -209,6 +209,7 @@ class DecodeGraphs:
             entry.copied = torch.cuda.Event()
             entry.copied.record()
         if not self.capture:
+            self._graphs[bucket] = entry  # the buffers are reused, as a captured bucket's are
             return self.model.decode_forward(entry.static, self.state, self.geometry)[: len(token_ids)]
         if fresh:
             # The probe and warm-ups run this step's real inputs: a decode step is idempotent (it writes

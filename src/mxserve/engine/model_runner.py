@@ -59,6 +59,9 @@ class ModelRunner:
         self.enforce_eager = enforce_eager  # EngineConfig.enforce_eager: never try CUDA-graph decode
         self.eager_stats = EagerStats()  # steps that ran eager, per reason (mxserve.engine.cuda_graphs)
         self.decode_graphs: DecodeGraphs | None = None  # graphs per bucket, captured on first use
+        # request id → the block manager's table view last installed in `cache_state`: the manager
+        # hands out the same read-only view until a table grows, so most decode steps install nothing
+        self._installed_tables: dict[str, Mapping[str, tuple[int, ...]]] = {}
         if max_model_len is not None and getattr(model, "supports_cuda_graphs", False) and not enforce_eager:
             geometry = DecodeGeometry.for_positions(model.config, cache_state.block_size, max_model_len)
             self.decode_graphs = DecodeGraphs(model, cache_state, geometry, device)
@@ -67,6 +70,7 @@ class ModelRunner:
         """Forget finished, aborted or preempted requests' tables (the block manager owns the pages)."""
         for request_id in request_ids:
             self.cache_state.free_sequence(request_id)
+            self._installed_tables.pop(request_id, None)
 
     def execute(self, step: SchedulerOutput, sampling: Mapping[str, RequestSampling]) -> StepResult:
         self.release(step.finished_request_ids | step.preempted_request_ids)
@@ -75,11 +79,18 @@ class ModelRunner:
         rows: list[int] = []
         sample_rows: dict[str, int] = {}  # request id → index into `rows`
         prompt_rows: dict[str, tuple[int, int]] = {}  # request id → (first index into rows, count)
+        end_pos: dict[str, int] = {}  # request id → its chunk's end (the position of the token it samples)
+        installed = self._installed_tables
         offset = 0
         for chunk in step.chunks:
+            rid = chunk.request_id
+            end_pos[rid] = chunk.start_pos + chunk.num_tokens
             if chunk.is_new:
-                self.cache_state.free_sequence(chunk.request_id)
-            self.cache_state.set_block_tables(chunk.request_id, chunk.block_tables)
+                self.cache_state.free_sequence(rid)
+                installed.pop(rid, None)
+            if installed.get(rid) is not chunk.block_tables:
+                self.cache_state.set_block_tables(rid, chunk.block_tables)
+                installed[rid] = chunk.block_tables
             info = sampling[chunk.request_id]
             # rows that predict prompt tokens 1 .. num_prompt - 1 (prompt logprobs, first run only)
             last_prompt_row = min(chunk.end_pos, info.num_prompt_tokens - 1)
@@ -114,10 +125,11 @@ class ModelRunner:
         else:
             ids = list(sample_rows)
             picked = _select_rows(logits, [sample_rows[i] for i in ids])
+            infos = [sampling[i] for i in ids]
+            positions = [end_pos[i] for i in ids]
             out = self.sampler.sample(
-                picked, [sampling[i].params for i in ids], [sampling[i].seed for i in ids],
-                [self._chunk_end(step, i) for i in ids],
-                banned=[self._banned_ids(sampling[i], self._chunk_end(step, i)) for i in ids],
+                picked, [info.params for info in infos], [info.seed for info in infos], positions,
+                banned=[self._banned_ids(info, position) for info, position in zip(infos, positions, strict=True)],
             )
             *tokens, is_finite = torch.cat((out.token_ids, finite.to(torch.int64)[None])).tolist()
             result.logits_finite = bool(is_finite)
@@ -163,10 +175,6 @@ class ModelRunner:
         if num_output >= info.params.min_tokens:
             return ()
         return (self.model.config.eos_token_id, *info.params.stop_token_ids)
-
-    @staticmethod
-    def _chunk_end(step: SchedulerOutput, request_id: str) -> int:
-        return step.chunk_of(request_id).end_pos
 
 
 def _select_rows(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:

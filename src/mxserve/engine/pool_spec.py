@@ -36,6 +36,11 @@ class PoolSpec:
         """Pages that hold those entries: ceil(units_needed(n) / block_size); 0 for n = 0."""
         return -(-self.units_needed(num_positions) // self.block_size)
 
+    def max_positions(self, num_pages: int) -> int:
+        """The largest n with pages_needed(n) <= num_pages: n // positions_per_unit units fit
+        num_pages * block_size, so n < (num_pages * block_size + 1) * positions_per_unit."""
+        return (num_pages * self.block_size + 1) * self.positions_per_unit - 1
+
 
 DEEPSEEK_V4_POOL_NAMES = ("window", "csa", "hca", "indexer", "csa_state", "hca_state", "indexer_state")
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from mxserve.config import ModelConfig
@@ -91,7 +92,9 @@ def build_decode_batch(
 
     `out`: host buffers to fill (e.g. pinned, reused every step); a fresh CPU batch otherwise.
     Raises ValueError for a token id out of the vocabulary, a position at or past the capacity,
-    more rows than `num_rows`, a table wider than the capacity or a page id out of its pool."""
+    more rows than `num_rows`, a table wider than the capacity or a page id out of its pool;
+    `CacheCapacityError` (from `ModelCacheState.ensure_capacity`) for a table that does not cover
+    its row's position."""
     n = len(token_ids)
     if not n == len(seq_ids) == len(positions):
         raise ValueError(f"build_decode_batch: {n} tokens, {len(seq_ids)} sequences, {len(positions)} positions")
@@ -100,25 +103,61 @@ def build_decode_batch(
     if state.block_size != geometry.block_size:
         raise ValueError(f"build_decode_batch: cache block size {state.block_size} != geometry {geometry.block_size}")
     vocab = state.config.vocab_size
-    for tok, pos in zip(token_ids, positions, strict=True):
-        if not 0 <= tok < vocab:
-            raise ValueError(f"build_decode_batch: token id {tok} is not in [0, {vocab})")
-        if not 0 <= pos < geometry.max_positions:
-            raise ValueError(f"build_decode_batch: position {pos} is not in [0, {geometry.max_positions}) "
-                             "(the decode capacity)")
-    for seq, pos in zip(seq_ids, positions, strict=True):
-        state.ensure_capacity(seq, pos + 1)
+    # min/max run in C; the loop that names the first bad row runs only when one is bad
+    if n and (min(token_ids) < 0 or max(token_ids) >= vocab or min(positions) < 0
+              or max(positions) >= geometry.max_positions):
+        for tok, pos in zip(token_ids, positions, strict=True):
+            if not 0 <= tok < vocab:
+                raise ValueError(f"build_decode_batch: token id {tok} is not in [0, {vocab})")
+            if not 0 <= pos < geometry.max_positions:
+                raise ValueError(f"build_decode_batch: position {pos} is not in [0, {geometry.max_positions}) "
+                                 "(the decode capacity)")
+    if state.manage_tables:
+        for seq, pos in zip(seq_ids, positions, strict=True):
+            state.ensure_capacity(seq, pos + 1)
     batch = out if out is not None else DecodeBatch.empty(num_rows, geometry)
     if batch.num_rows != num_rows:
         raise ValueError(f"build_decode_batch: buffers have {batch.num_rows} rows, asked for {num_rows}")
-    batch.token_ids.fill_(0)
-    batch.positions.fill_(0)
-    batch.token_ids[:n] = torch.tensor(list(token_ids), dtype=torch.int64)
-    batch.positions[:n] = torch.tensor(list(positions), dtype=torch.int64)
+    # The host buffers are filled through numpy views: a numpy array from nested lists converts
+    # ints ~6x faster than torch.tensor(list) does, and numpy's small ops cost ~1 us against torch's
+    # ~5-10 us (64 rows: 0.70 -> see the commit, on this CPU).
+    token_np, position_np = batch.token_ids.numpy(), batch.positions.numpy()
+    token_np[n:] = 0
+    position_np[n:] = 0
+    token_np[:n] = token_ids
+    position_np[:n] = positions
+    ends = position_np[:n] + 1
+    missing: list[int] = []
     for pool in Pool:
-        table = batch.block_tables[pool]
+        table_np = batch.block_tables[pool].numpy()
+        table_np[n:] = -1
+        if not n:
+            continue
         width, num_pages = geometry.max_blocks[pool], state.num_blocks[pool]
-        padded = []  # one host tensor per pool, not one per row (64 rows: 2.16 -> 0.56 ms a step on a CI core)
+        tables = state.block_tables[pool]
+        rows = [tables.get(seq, missing) for seq in seq_ids]
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=n)
+        if lengths.max() > width:
+            _raise_first_bad_row(seq_ids, positions, state, geometry)
+        pad = [-1] * width
+        padded = np.array([pages + pad[len(pages):] for pages in rows], dtype=np.int64)
+        is_page = np.arange(width) < lengths[:, None]
+        bad = ((padded < 0) | (padded >= num_pages)) & is_page
+        # engine-owned tables must cover the row's position (self-managed ones were grown above)
+        if bad.any() or (not state.manage_tables and (lengths * state.block_size < units_for(state.config, pool, ends))
+                         .any()):
+            _raise_first_bad_row(seq_ids, positions, state, geometry)
+        table_np[:n] = padded
+    return batch
+
+
+def _raise_first_bad_row(seq_ids: Sequence[Hashable], positions: Sequence[int], state: ModelCacheState,
+                         geometry: DecodeGeometry) -> None:
+    """Raise the error of the first bad (pool, row), as the per-row checks name it."""
+    for seq, pos in zip(seq_ids, positions, strict=True):
+        state.ensure_capacity(seq, pos + 1)  # CacheCapacityError for a table that does not cover the row
+    for pool in Pool:
+        width, num_pages = geometry.max_blocks[pool], state.num_blocks[pool]
         for seq in seq_ids:
             pages = state.block_tables[pool].get(seq, [])
             if len(pages) > width:
@@ -127,11 +166,7 @@ def build_decode_batch(
             if pages and not (min(pages) >= 0 and max(pages) < num_pages):
                 raise ValueError(f"build_decode_batch: sequence {seq!r} {pool.value} page ids {pages} are not in "
                                  f"[0, {num_pages})")
-            padded.append([*pages, *([-1] * (width - len(pages)))])
-        table[n:].fill_(-1)
-        if n:
-            table[:n] = torch.tensor(padded, dtype=torch.int64)
-    return batch
+    raise AssertionError("build_decode_batch: a whole-column check failed but no row is bad")
 
 
 def paged_slots(tables: torch.Tensor, indices: torch.Tensor, block_size: int) -> torch.Tensor:

@@ -1,0 +1,176 @@
+"""The decode step's host fast paths equal the per-row paths they replaced (benchmarks/host_step.py).
+
+* `build_decode_batch` (numpy, whole columns) == a per-row reference fill, with padding rows,
+  short/absent tables, every error it names, self-managed and engine-owned tables.
+* `BlockManager.allocate`'s covered-by-the-pages shortcut == the per-pool sums (same tables, same
+  views, same answers) over a random workload; `PoolSpec.max_positions` is pages_needed's inverse.
+* The runner installs a request's tables only when the block manager's view changed, and the
+  engine's tokens are those of a fresh install every step.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mxserve.default_model import default_model_path
+from mxserve.engine.block_manager import BlockManager
+from mxserve.engine.pool_spec import PoolSpec
+from mxserve.model.checkpoint import CheckpointReader
+from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry, build_decode_batch
+from mxserve.model.kv_state import CacheCapacityError, ModelCacheState, Pool, units_for
+from mxserve.model.numerics import NumericPolicy
+from tests.engine.factories import make_request, small_pools
+
+CONFIG = CheckpointReader(default_model_path()).config  # config.json only (CSA ratio 4, HCA 128)
+EXACT = NumericPolicy.for_mode("exact")
+BLOCK = 4
+GEOMETRY = DecodeGeometry.for_positions(CONFIG, BLOCK, 300)
+
+
+def reference_fill(token_ids, seq_ids, positions, state, geometry, num_rows) -> DecodeBatch:
+    """The per-row fill the fast path replaced: every row, every pool, one element at a time."""
+    batch = DecodeBatch.empty(num_rows, geometry)
+    for row, (tok, seq, pos) in enumerate(zip(token_ids, seq_ids, positions, strict=True)):
+        batch.token_ids[row] = tok
+        batch.positions[row] = pos
+        for pool in Pool:
+            for col, page in enumerate(state.block_tables[pool].get(seq, [])):
+                batch.block_tables[pool][row, col] = page
+    return batch
+
+
+def engine_state(num_seqs: int, rng: random.Random, *, slack: int = 0) -> tuple[ModelCacheState, list, list]:
+    """Engine-owned tables covering each sequence's position (plus `slack` spare pages per pool)."""
+    state = ModelCacheState(CONFIG, EXACT, num_blocks=512, block_size=BLOCK, manage_tables=False)
+    seqs = [f"r{i}" for i in range(num_seqs)]
+    positions = [rng.randrange(0, 300) for _ in seqs]
+    for seq, pos in zip(seqs, positions, strict=True):
+        tables = {}
+        for pool in Pool:
+            count = min(-(-units_for(CONFIG, pool, pos + 1) // BLOCK) + slack, GEOMETRY.max_blocks[pool])
+            tables[pool.value] = rng.sample(range(512), count)
+        state.set_block_tables(seq, tables)
+    return state, seqs, positions
+
+
+def assert_same_batch(got: DecodeBatch, want: DecodeBatch) -> None:
+    assert torch.equal(got.token_ids, want.token_ids), (got.token_ids, want.token_ids)
+    assert torch.equal(got.positions, want.positions)
+    for pool in Pool:
+        bad = (got.block_tables[pool] != want.block_tables[pool]).nonzero()
+        assert bad.numel() == 0, f"{pool.value}: first mismatch at {bad[0].tolist()}"
+
+
+@pytest.mark.parametrize("num_seqs,num_rows", [(0, 1), (1, 1), (3, 4), (13, 16), (64, 64)])
+@pytest.mark.parametrize("slack", [0, 1])
+def test_build_decode_batch_equals_the_per_row_fill(num_seqs, num_rows, slack):
+    rng = random.Random(num_seqs * 10 + slack)
+    state, seqs, positions = engine_state(num_seqs, rng, slack=slack)
+    tokens = [rng.randrange(CONFIG.vocab_size) for _ in seqs]
+    want = reference_fill(tokens, seqs, positions, state, GEOMETRY, num_rows)
+    assert_same_batch(build_decode_batch(tokens, seqs, positions, state, GEOMETRY, num_rows=num_rows), want)
+    # reused buffers holding a previous, larger step: rows past n go back to padding
+    out = DecodeBatch.empty(num_rows, GEOMETRY)
+    for table in out.block_tables.values():
+        table.fill_(7)
+    out.token_ids.fill_(5)
+    out.positions.fill_(9)
+    assert_same_batch(build_decode_batch(tokens, seqs, positions, state, GEOMETRY, num_rows=num_rows, out=out), want)
+
+
+def test_build_decode_batch_self_managed_tables_grow_as_before():
+    state = ModelCacheState(CONFIG, EXACT, num_blocks=64, block_size=BLOCK, manage_tables=True)
+    batch = build_decode_batch([3, 4], ["a", "b"], [130, 5], state, GEOMETRY, num_rows=4)
+    assert_same_batch(batch, reference_fill([3, 4], ["a", "b"], [130, 5], state, GEOMETRY, 4))
+    assert len(state.block_tables[Pool.WINDOW]["a"]) == -(-131 // BLOCK)
+    assert len(state.block_tables[Pool.HCA]["a"]) == 1 and state.block_tables[Pool.HCA]["b"] == []
+
+
+def test_build_decode_batch_errors_name_the_first_bad_row():
+    rng = random.Random(3)
+    state, seqs, positions = engine_state(4, rng)
+    tokens = [1, 2, 3, 4]
+    # a page id outside its pool (row 2, CSA state pool)
+    good = list(state.block_tables[Pool.CSA_STATE][seqs[2]])
+    state.block_tables[Pool.CSA_STATE][seqs[2]] = [*good[:-1], 512]
+    with pytest.raises(ValueError, match=r"sequence 'r2' csa_state page ids .* are not in \[0, 512\)"):
+        build_decode_batch(tokens, seqs, positions, state, GEOMETRY, num_rows=4)
+    state.block_tables[Pool.CSA_STATE][seqs[2]] = [*good[:-1], -1]
+    with pytest.raises(ValueError, match=r"sequence 'r2' csa_state page ids"):
+        build_decode_batch(tokens, seqs, positions, state, GEOMETRY, num_rows=4)
+    state.block_tables[Pool.CSA_STATE][seqs[2]] = good
+    # a table that does not cover its row's position (engine-owned: checked, not grown)
+    short = state.block_tables[Pool.WINDOW][seqs[1]]
+    state.block_tables[Pool.WINDOW][seqs[1]] = short[:-1]
+    with pytest.raises(CacheCapacityError, match="sequence 'r1': pool window"):
+        build_decode_batch(tokens, seqs, positions, state, GEOMETRY, num_rows=4)
+    state.block_tables[Pool.WINDOW][seqs[1]] = short
+    # wider than the decode capacity
+    state.block_tables[Pool.HCA][seqs[0]] = list(range(GEOMETRY.max_blocks[Pool.HCA] + 1))
+    with pytest.raises(ValueError, match=r"sequence 'r0' has \d+ hca pages, the decode capacity is"):
+        build_decode_batch(tokens, seqs, positions, state, GEOMETRY, num_rows=4)
+    with pytest.raises(ValueError, match=f"token id {CONFIG.vocab_size} is not in"):
+        build_decode_batch([1, CONFIG.vocab_size, 1, 1], seqs, positions, state, GEOMETRY, num_rows=4)
+    with pytest.raises(ValueError, match=r"position -1 is not in"):
+        build_decode_batch(tokens, seqs, [0, -1, 0, 0], state, GEOMETRY, num_rows=4)
+
+
+@given(st.integers(0, 40), st.integers(1, 64), st.integers(1, 130))
+def test_max_positions_is_pages_needed_inverse(num_pages, block_size, positions_per_unit):
+    spec = PoolSpec("p", 1, block_size, positions_per_unit)
+    most = spec.max_positions(num_pages)
+    assert spec.pages_needed(most) <= num_pages < spec.pages_needed(most + 1)
+
+
+class _AlwaysSlow(BlockManager):
+    """The per-pool path on every call (the shortcut's capacity never matches)."""
+
+    def allocate(self, request, num_new_tokens):
+        self._capacity.clear()
+        return super().allocate(request, num_new_tokens)
+
+
+def test_allocate_shortcut_equals_the_per_pool_path():
+    rng = random.Random(0)
+    fast, slow = BlockManager(small_pools(48, 4)), _AlwaysSlow(small_pools(48, 4))
+    live: dict[str, tuple] = {}
+    for step in range(3000):
+        if live and rng.random() < 0.05:
+            rid = rng.choice(sorted(live))
+            for manager, request in zip((fast, slow), live.pop(rid), strict=True):
+                manager.free(request)
+            continue
+        if not live or rng.random() < 0.1:
+            rid = f"q{step}"
+            live[rid] = (make_request(rid), make_request(rid))
+        rid = rng.choice(sorted(live))
+        num_new = rng.choice([0, 1, 1, 1, 1, 2, 5, 17])
+        answers = []
+        for manager, request in zip((fast, slow), live[rid], strict=True):
+            answers.append(manager.allocate(request, num_new))
+            if answers[-1]:
+                request.num_computed_tokens += num_new
+        assert answers[0] == answers[1], step
+        a, b = live[rid]
+        assert dict(fast.block_tables(a)) == dict(slow.block_tables(b)), step
+        assert fast.num_positions(a) == slow.num_positions(b)
+        assert all(fast.num_free(p) == slow.num_free(p) for p in fast.pool_specs)
+
+
+def test_allocate_shortcut_keeps_the_view_object_until_a_table_grows():
+    manager = BlockManager(small_pools(16, 4))
+    request = make_request("a")
+    assert manager.allocate(request, 5)
+    request.num_computed_tokens = 5
+    view = manager.block_tables(request)
+    assert manager.allocate(request, 1)  # position 5 lies in the window page already held
+    assert manager.block_tables(request) is view
+    request.num_computed_tokens = 8
+    assert manager.allocate(request, 1)  # position 8 needs a third window page
+    assert manager.block_tables(request) is not view
+    assert len(manager.block_tables(request)["window"]) == 3
