@@ -112,7 +112,7 @@ def attention_heads(
             None if indexer_q is None else indexer_q[rows], None if indexer_w is None else indexer_w[rows],
             w, ctx, caches, state, observer,
         )
-    return kernels.rope(out.to(ctx.policy.stream_dtype), positions, ctx.inv_freq, inverse=True)
+    return kernels.rope(out, positions, ctx.inv_freq, inverse=True, out_dtype=ctx.policy.stream_dtype)
 
 
 def project_inputs(

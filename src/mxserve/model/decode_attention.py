@@ -59,7 +59,7 @@ def decode_attention_heads(
         sources.append((caches.compressed, entry_slots))
 
     out = kernels.sparse_attention(q, sources, w.sink, cfg.head_dim**-0.5)
-    return kernels.rope(out.to(policy.stream_dtype), positions, ctx.inv_freq, inverse=True)
+    return kernels.rope(out, positions, ctx.inv_freq, inverse=True, out_dtype=policy.stream_dtype)
 
 
 def _decode_indexer_select(

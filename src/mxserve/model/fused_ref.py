@@ -22,9 +22,11 @@ def q_norm_rope_ref(q: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Te
     return apply_rope(unweighted_rms_norm(q, eps), positions, inv_freq)
 
 
-def rope_ref(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, *, inverse: bool = False) -> torch.Tensor:
-    """RoPE (or its inverse) on the last 2*len(inv_freq) channels; see `apply_rope`."""
-    return apply_rope(x, positions, inv_freq, inverse=inverse)
+def rope_ref(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, *, inverse: bool = False,
+             out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """RoPE (or its inverse) on the last 2*len(inv_freq) channels; see `apply_rope`. `out_dtype`: x is
+    rounded to it first (the attention output's cast to the stream dtype; one launch with Triton)."""
+    return apply_rope(x if out_dtype is None else x.to(out_dtype), positions, inv_freq, inverse=inverse)
 
 
 def kv_insert_ref(kv: torch.Tensor, weight: torch.Tensor, eps: float, positions: torch.Tensor,

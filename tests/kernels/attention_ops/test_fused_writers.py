@@ -69,6 +69,22 @@ def test_rope_and_inverse_bitwise(inverse, dtype):
     assert_bitwise(rope_triton(x, pos, f, inverse=inverse), rope_ref(x, pos, f, inverse=inverse))
 
 
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_inverse_rope_of_fp32_attention_output_rounded_inside(out_dtype):
+    """fp32 x (the sparse attention's output) rounded to the stream dtype inside the launch: the same
+    bits as the cast before it (values on bf16 ties included), and as the twin's out_dtype."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 4, 128, generator=g) * 5
+    x.view(-1)[:6] = torch.tensor([1 + 2.0**-8, 1 + 3 * 2.0**-8, -(1 + 2.0**-8), 3 * 2.0**-9, 1e-30, -0.0])  # (no
+    # subnormals: the interpreter's bf16 loads and stores flush them, in the existing bf16 path too)
+    x, (pos, f) = x.to(DEVICE), (positions(6, 4), inv_freq(True))
+    want = rope_ref(x.to(out_dtype), pos, f, inverse=True)
+    assert_bitwise(rope_ref(x, pos, f, inverse=True, out_dtype=out_dtype), want)
+    got = rope_triton(x, pos, f, inverse=True, out_dtype=out_dtype)
+    assert got.dtype == out_dtype
+    assert_bitwise(got, want)
+
+
 def _kv_cache(mode: str, head_dim: int, block_size: int, stride: int | None) -> PagedKVCache:
     cache = PagedKVCache(5, block_size, mode=mode, head_dim=head_dim, block_stride_bytes=stride, device=DEVICE)
     cache.buffer.fill_(SENTINEL)

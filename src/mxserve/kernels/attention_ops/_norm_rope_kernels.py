@@ -60,10 +60,11 @@ def _rope_pairs(x, pos, inv_freq_ptr, ROPE_START: tl.constexpr, ROPE_PAIRS: tl.c
 def _head_norm_rope_kernel(
     x_ptr, out_ptr, pos_ptr, inv_freq_ptr, H, stride_xt, stride_xh, stride_ot, stride_oh, eps,
     HEAD_DIM: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr, ROPE_PAIRS: tl.constexpr,
-    DO_NORM: tl.constexpr, INVERSE: tl.constexpr, OUT_BF16: tl.constexpr,
+    DO_NORM: tl.constexpr, INVERSE: tl.constexpr, OUT_BF16: tl.constexpr, ROUND_IN: tl.constexpr = False,
 ):
     """out[t, h] = rope(unweighted_rms(x[t, h])) (or just rope / inverse rope) for BLOCK_H heads
-    of one token per program, as [BLOCK_H, pairs, 2] tiles (same arithmetic as `_rope_pairs`)."""
+    of one token per program, as [BLOCK_H, pairs, 2] tiles (same arithmetic as `_rope_pairs`).
+    ROUND_IN: x (fp32) is first rounded to the output dtype (the twin's `.to(out_dtype)` before it)."""
     t = tl.program_id(0)
     hh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     pair = tl.arange(0, BLOCK_P)
@@ -72,6 +73,8 @@ def _head_norm_rope_kernel(
     m = (hh < H)[:, None, None] & (cols < HEAD_DIM)[None, :, :]
     x = tl.load(x_ptr + t * stride_xt + hh[:, None, None] * stride_xh + cols[None, :, :], mask=m, other=0.0)
     x = x.to(tl.float32)
+    if ROUND_IN:
+        x = _round_to(x, OUT_BF16)
     if DO_NORM:
         x64 = x.to(tl.float64)
         ms = tl.sum(tl.sum(x64 * x64, axis=2), axis=1) / HEAD_DIM

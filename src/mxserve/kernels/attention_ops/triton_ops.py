@@ -52,10 +52,13 @@ def _block_pairs(head_dim: int) -> int:
 
 
 def _head_rows(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, eps: float, *,
-               norm: bool, inverse: bool, what: str) -> torch.Tensor:
+               norm: bool, inverse: bool, what: str, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     _check_rows(x, positions, inv_freq, what)
+    out_dtype = x.dtype if out_dtype is None else out_dtype
+    if out_dtype not in _FLOAT_DTYPES or (out_dtype != x.dtype and x.dtype != torch.float32):
+        raise ValueError(f"{what}: out_dtype {out_dtype} must be x's dtype or bf16/fp32 for fp32 x, got {x.dtype=}")
     rows = x.reshape(x.shape[0], -1, x.shape[-1])  # [T, H, d]; a view for the usual layouts
-    out = torch.empty_like(rows)
+    out = torch.empty(rows.shape, dtype=out_dtype, device=x.device)
     if rows.numel():
         # -- launch parameters: a few heads per program (fewer programs; the interpreter's cost is per program)
         block_h = min(triton.next_power_of_2(rows.shape[1]), 16 if interpreting() else 4)
@@ -63,7 +66,8 @@ def _head_rows(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
             rows, out, positions, inv_freq.to(device=x.device, dtype=torch.float32).contiguous(), rows.shape[1],
             rows.stride(0), rows.stride(1), out.stride(0), out.stride(1), eps,
             HEAD_DIM=x.shape[-1], BLOCK_P=_block_pairs(x.shape[-1]), BLOCK_H=block_h, ROPE_PAIRS=inv_freq.numel(),
-            DO_NORM=norm, INVERSE=inverse, OUT_BF16=x.dtype == torch.bfloat16, **_launch_opts(),
+            DO_NORM=norm, INVERSE=inverse, OUT_BF16=out_dtype == torch.bfloat16, ROUND_IN=out_dtype != x.dtype,
+            **_launch_opts(),
         )
     return out.view(x.shape)
 
@@ -73,9 +77,11 @@ def q_norm_rope_triton(q: torch.Tensor, positions: torch.Tensor, inv_freq: torch
     return _head_rows(q, positions, inv_freq, eps, norm=True, inverse=False, what="q_norm_rope")
 
 
-def rope_triton(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, *, inverse: bool = False) -> torch.Tensor:
-    """RoPE (or inverse RoPE) of the last 2*len(inv_freq) channels: x [T, ..., d] → same."""
-    return _head_rows(x, positions, inv_freq, 0.0, norm=False, inverse=inverse, what="rope")
+def rope_triton(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, *, inverse: bool = False,
+                out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """RoPE (or inverse RoPE) of the last 2*len(inv_freq) channels: x [T, ..., d] → same shape, in
+    `out_dtype` (fp32 x rounded to it first, inside the launch) or x's dtype."""
+    return _head_rows(x, positions, inv_freq, 0.0, norm=False, inverse=inverse, what="rope", out_dtype=out_dtype)
 
 
 def _check_slots(cache: PagedCache, slots: torch.Tensor, n: int, what: str) -> None:
