@@ -9,11 +9,13 @@ launch counts once under its name (the interpreter's own torch work inside it is
 `decode_step_launches` builds a model with every Triton kernel (`build_engine_model`, as the
 engine and `profile_decode.py` do), runs one warm-up decode step, then counts one step of
 `decode_forward`, with the cache slot value checks off as they are on CUDA (they are host
-read-backs the GPU path skips). What the CPU count cannot see: on CUDA the shared expert runs
-the FP8 Triton linear (here its torch twin), so the CUDA count differs in the MoE's shared part.
+read-backs the GPU path skips) and the CUDA paths of the slot maps and the shared-expert SwiGLU
+switched on. The choosers see an sm_90 platform (`h200_platform`), so the linears, the MoE and its
+shared expert take their Triton kernels as on the H200. What the count cannot see: kernels that
+torch ops launch internally, and launch choices that depend on the GPU (e.g. the FP8 linear's
+W8A8 path needs FP8 tensor cores: the CPU takes the weight-only one).
 
-    TRITON_INTERPRET=1 MXSERVE_TRITON_PAGED_SLOTS=1 PYTHONPATH=src:. python -m tests.model.launch_count \
-        default tiny-flash [--dry]
+    TRITON_INTERPRET=1 PYTHONPATH=src:. python -m tests.model.launch_count default tiny-flash [--dry]
 """
 
 from __future__ import annotations
@@ -108,18 +110,35 @@ class LaunchCounter(TorchDispatchMode):
                                    f"{sum(self.triton.values())} triton)"])
 
 
+# The CPU-side switches that make the interpreter take the paths CUDA takes by default
+GPU_PATHS_ENV = {"MXSERVE_TRITON_PAGED_SLOTS": "1", "MXSERVE_TRITON_SHARED_SWIGLU": "1"}
+OFF_SWITCHES = ("MXSERVE_TORCH_PAGED_SLOTS", "MXSERVE_TORCH_SHARED_SWIGLU")
+
+
 @contextlib.contextmanager
 def gpu_like_checks() -> Iterator[None]:
-    """Cache slot value checks off, as on CUDA (they are host read-backs there only on request)."""
+    """Cache slot value checks off, as on CUDA (they are host read-backs there only on request), and
+    the Triton slot maps and shared-expert SwiGLU that CUDA runs (off switches cleared)."""
+    import os
+
     import mxserve.kernels.cache._bytes as bytes_mod
     import mxserve.kernels.cache.page_layout as layout_mod
 
     saved = layout_mod.value_checks_enabled, bytes_mod.value_checks_enabled
+    saved_env = {k: os.environ.get(k) for k in (*GPU_PATHS_ENV, *OFF_SWITCHES)}
     layout_mod.value_checks_enabled = bytes_mod.value_checks_enabled = lambda slots: False
+    os.environ.update(GPU_PATHS_ENV)
+    for k in OFF_SWITCHES:
+        os.environ.pop(k, None)
     try:
         yield
     finally:
         layout_mod.value_checks_enabled, bytes_mod.value_checks_enabled = saved
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @contextlib.contextmanager

@@ -4,7 +4,11 @@ step with the fusions switched back to the ops they replace:
 
 * the step's slot maps in one launch (`step_slot_maps`) vs map by map
   (MXSERVE_TORCH_PAGED_SLOTS=1, the twin path's ops);
-* the MoE's shared expert added and rounded inside `hc_post` vs torch's add and cast before it.
+* the MoE's shared expert added and rounded inside `hc_post` vs torch's add and cast before it;
+* the shared expert's SwiGLU in one launch vs torch's clamps, silu, product and cast
+  (MXSERVE_TORCH_SHARED_SWIGLU=1);
+* the inverse RoPE rounding the attention output to the stream dtype inside its launch (no switch:
+  its bits are checked by tests/kernels/attention_ops/test_fused_writers.py on CUDA).
 
 Logits and every cache byte must be equal. Also the fused maps alone against the twin on CUDA
 tensors. (CPU: the interpreter tests next to each kernel; tests/model/test_decode_path.py.)"""
@@ -59,6 +63,7 @@ def test_gpu_decode_step_fusions_are_bit_identical(monkeypatch):
         return hc_post(block_out, streams, post, comb)
 
     monkeypatch.setenv("MXSERVE_TORCH_PAGED_SLOTS", "1")
+    monkeypatch.setenv("MXSERVE_TORCH_SHARED_SWIGLU", "1")
     model.set_kernels(dataclasses.replace(fused_kernels, hc_post=hc_post_unfused))
     try:
         plain = model.decode_forward(static, state_plain, geometry)

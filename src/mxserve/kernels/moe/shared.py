@@ -1,10 +1,19 @@
 """The shared expert through the block-FP8 GEMM family: `expert_ffn_fp8`, the contract of `expert_ffn_ref`.
 
-The three FP8 linears run on `linear_fp8_block` (its `backend`), the clamped SwiGLU and the
-routing-weight / hidden-dtype rounding in torch between them, in the reference's order.
+The three FP8 linears run on `linear_fp8_block` (its `backend`); between them the clamped SwiGLU
+and the hidden-dtype rounding, in the reference's order: on CUDA one Triton launch
+(`shared_swiglu`, `_shared_swiglu_kernel`) instead of torch's five (two clamps, silu, product,
+cast), the same operations in the same order, so the same bits: libdevice without Triton's default
+flush-to-zero reflection (`enable_reflect_ftz=False`: CUDA torch keeps subnormals, and Triton's
+default would flush a subnormal exp, silu or product to ±0) and no FMA contraction. Not yet
+checked on a GPU when written (tests/kernels/moe/test_shared_swiglu.py::test_gpu_bitwise, in
+benchmarks/gpu_s6_glue.sh); MXSERVE_TORCH_SHARED_SWIGLU=1 is the off switch (the torch ops).
 """
 
 from __future__ import annotations
+
+import functools
+import os
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +39,61 @@ def expert_ffn_fp8(
     """One SwiGLU expert on rows x [n, D] → fp32 [n, D] with FP8 block weights."""
     g = linear_fp8_block(x, _fp8(w.w1), quantize_input=quantize_inputs, backend=backend)
     u = linear_fp8_block(x, _fp8(w.w3), quantize_input=quantize_inputs, backend=backend)
+    if row_scale is None and use_fused_swiglu(g):
+        h = shared_swiglu(g, u, limit, hidden_dtype)
+    else:
+        h = shared_swiglu_torch(g, u, limit, hidden_dtype, row_scale)
+    return linear_fp8_block(h, _fp8(w.w2), quantize_input=quantize_inputs, backend=backend)
+
+
+def shared_swiglu_torch(g: torch.Tensor, u: torch.Tensor, limit: float, hidden_dtype: torch.dtype,
+                        row_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """The twin: silu(g clamped above at limit) · u clamped to ±limit (· row_scale), in hidden_dtype."""
     h = F.silu(g.clamp(max=limit)) * u.clamp(min=-limit, max=limit)
     if row_scale is not None:
         h = h * row_scale[:, None]
-    return linear_fp8_block(h.to(hidden_dtype), _fp8(w.w2), quantize_input=quantize_inputs, backend=backend)
+    return h.to(hidden_dtype)
+
+
+def use_fused_swiglu(g: torch.Tensor) -> bool:
+    """The one-launch SwiGLU on CUDA (off: MXSERVE_TORCH_SHARED_SWIGLU=1); on the CPU only under the
+    interpreter when a test asks (MXSERVE_TRITON_SHARED_SWIGLU=1)."""
+    if os.environ.get("MXSERVE_TORCH_SHARED_SWIGLU") == "1":
+        return False
+    interpreting = os.environ.get("TRITON_INTERPRET", "0") == "1"
+    if g.is_cuda:
+        return not interpreting and _triton_keeps_subnormals()
+    return interpreting and os.environ.get("MXSERVE_TRITON_SHARED_SWIGLU") == "1"
+
+
+@functools.cache
+def _triton_keeps_subnormals() -> bool:
+    """Whether this Triton takes `enable_reflect_ftz=False` (without it libdevice flushes subnormals
+    and the bits could differ from torch's: the torch ops run then, and the GPU test says so)."""
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    return "enable_reflect_ftz" in CUDAOptions.__dataclass_fields__
+
+
+def shared_swiglu(g: torch.Tensor, u: torch.Tensor, limit: float, hidden_dtype: torch.dtype) -> torch.Tensor:
+    """`shared_swiglu_torch` without row scale in one Triton launch: g, u fp32 [n, I] → [n, I] hidden_dtype."""
+    import triton
+
+    from mxserve.kernels.moe._shared_swiglu_kernel import _shared_swiglu_kernel
+
+    if g.dtype != torch.float32 or u.dtype != torch.float32 or g.shape != u.shape or g.device != u.device:
+        raise ValueError(f"shared_swiglu: g and u must be fp32 of one shape and device, got {g.dtype} "
+                         f"{tuple(g.shape)} on {g.device}, {u.dtype} {tuple(u.shape)} on {u.device}")
+    if hidden_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"shared_swiglu: hidden_dtype must be fp32 or bf16, got {hidden_dtype}")
+    g, u = g.contiguous(), u.contiguous()  # no-ops for the linears' outputs
+    h = torch.empty(g.shape, dtype=hidden_dtype, device=g.device)
+    if g.numel():
+        # --- launch parameters: elementwise, 1024 values a program ---------------------------------
+        block = 1024
+        interpreting = os.environ.get("TRITON_INTERPRET", "0") == "1"
+        _shared_swiglu_kernel[(triton.cdiv(g.numel(), block),)](
+            g, u, h, g.numel(), float(limit), OUT_BF16=hidden_dtype == torch.bfloat16,
+            USE_LIBDEVICE=not interpreting, BLOCK=block, **({} if interpreting else {"enable_fp_fusion": False, "enable_reflect_ftz": False}),
+        )
+    return h
