@@ -45,6 +45,12 @@ from mxserve.model.decode_batch import DecodeGeometry
 from mxserve.testing.tiny_configs import get_config
 
 
+# The off switches of the decode step's switchable glue fusions (session 6): the step's slot maps
+# map by map, the shared expert's SwiGLU as torch ops. (The hc_post addend, the inverse RoPE's
+# rounding and the embedding gather have none: the same ops inside a launch.)
+GLUE_OFF_SWITCHES = ("MXSERVE_TORCH_PAGED_SLOTS", "MXSERVE_TORCH_SHARED_SWIGLU")
+
+
 def kernel_rows(prof: Any, steps: int) -> list[dict[str, Any]]:
     """Device-time rows (us per step, launches per step) by name, largest first. `on_device`: the row
     is a device activity (a kernel, a memcpy/memset). The other rows with device time are host-side
@@ -127,23 +133,24 @@ def profile_flash(args: argparse.Namespace, overrides: dict[str, str], source: s
         return dict(kernels=rows, kernel_sum_ms=sum(r["us_per_step"] for r in rows) / 1e3, **device_totals(rows),
                     graph_step_ms=graph_ms, graph_status=graphs.unavailable or ("replayed" if graph_ms else "not captured"))
 
-    variants = [("as built", None)]
-    if args.ab_slot_maps:  # the same model and caches with the step's slot maps map by map (the twin's ops)
-        variants.append(("slot maps map by map (MXSERVE_TORCH_PAGED_SLOTS=1)", "1"))
-    for label, torch_slots in variants:
-        saved = os.environ.pop("MXSERVE_TORCH_PAGED_SLOTS", None)
-        if torch_slots is not None:
-            os.environ["MXSERVE_TORCH_PAGED_SLOTS"] = torch_slots
+    variants = [("as built", False)]
+    if args.ab_glue:  # the same model and caches with the switchable glue fusions off (the ops they replace)
+        variants.append((f"glue fusions off ({', '.join(f'{k}=1' for k in GLUE_OFF_SWITCHES)})", True))
+    for label, glue_off in variants:
+        saved = {k: os.environ.pop(k, None) for k in GLUE_OFF_SWITCHES}
+        if glue_off:
+            os.environ.update({k: "1" for k in GLUE_OFF_SWITCHES})
         try:
             m = measure()
         finally:
-            os.environ.pop("MXSERVE_TORCH_PAGED_SLOTS", None)
-            if saved is not None:
-                os.environ["MXSERVE_TORCH_PAGED_SLOTS"] = saved
-        if torch_slots is None:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
+        if not glue_off:
             out.update(m)
         else:
-            out["ab_slot_maps"] = m
+            out["ab_glue_off"] = m
         print(f"\n[flash, {label}] {len(kinds)} layers ({', '.join(out['layers'])}) + head, batch {args.batch}, "
               f"ctx {args.context}: device {m['device_launches']:.0f} launches {m['device_ms']:.3f} ms/step "
               f"(all rows {m['all_rows_launches']:.0f} / {m['all_rows_ms']:.3f}), graph replay "
@@ -198,8 +205,9 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64, help="default model: tokens per generate")
     ap.add_argument("--default-batch", type=int, default=1, help="default model: concurrent requests")
     ap.add_argument("--top", type=int, default=30, help="kernel rows to print")
-    ap.add_argument("--ab-slot-maps", action="store_true",
-                    help="flash: profile again with the step's slot maps map by map (MXSERVE_TORCH_PAGED_SLOTS=1)")
+    ap.add_argument("--ab-glue", action="store_true",
+                    help="flash: profile again with the glue fusions' off switches set (step maps map by map, the "
+                         "shared expert's SwiGLU as torch ops)")
     ap.add_argument("--out", type=Path, default=Path("profile_decode.json"))
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
