@@ -15,7 +15,7 @@ shared expert take their Triton kernels as on the H200. What the count cannot se
 torch ops launch internally, and launch choices that depend on the GPU (e.g. the FP8 linear's
 W8A8 path needs FP8 tensor cores: the CPU takes the weight-only one).
 
-    TRITON_INTERPRET=1 PYTHONPATH=src:. python -m tests.model.launch_count default tiny-flash [--dry]
+    TRITON_INTERPRET=1 PYTHONPATH=src:. python -m tests.model.launch_count default tiny-flash [--dry] [--sites]
 """
 
 from __future__ import annotations
@@ -182,9 +182,11 @@ def _model_and_weights(which: str):
     raise ValueError(f"unknown model {which!r}: default or tiny-flash")
 
 
-def decode_step_launches(which: str, *, batch: int = 1, context: int = 40, execute: bool = True) -> LaunchCounter:
+def decode_step_launches(which: str, *, batch: int = 1, context: int = 40, execute: bool = True,
+                         sites: bool = False) -> LaunchCounter:
     """The launches of one decode step (`decode_forward`, `batch` rows at position `context`);
-    `execute=False`: the Triton kernels are counted, not run (see `counting_triton`)."""
+    `execute=False`: the Triton kernels are counted, not run (see `counting_triton`); `sites`: also
+    attribute the aten ops to their source lines (`LaunchCounter.sites`)."""
     from mxserve.bench.layers.cache import build_cache_state
     from mxserve.model.decode_batch import DecodeGeometry, build_decode_batch
     from mxserve.model.kernel_selection import build_engine_model
@@ -204,6 +206,8 @@ def decode_step_launches(which: str, *, batch: int = 1, context: int = 40, execu
     geometry = DecodeGeometry.for_positions(config, state.block_size, max_len)
     seqs = list(range(batch))
     counter, warm_up = LaunchCounter(), LaunchCounter()
+    if sites:
+        counter.sites = Counter()
     with torch.no_grad(), gpu_like_checks():
         for step, c in enumerate((warm_up, counter)):  # the warm-up: autotuners, expert stacking
             decode = build_decode_batch([3] * batch, seqs, [context + step] * batch, state, geometry, num_rows=batch)
@@ -216,4 +220,7 @@ if __name__ == "__main__":
     names = [a for a in sys.argv[1:] if not a.startswith("--")] or ["tiny-flash", "default"]
     for name in names:
         print(f"[{name}] one decode step, batch 1")
-        print(decode_step_launches(name, execute="--dry" not in sys.argv).report())
+        c = decode_step_launches(name, execute="--dry" not in sys.argv, sites="--sites" in sys.argv)
+        print(c.report())
+        for site, n in sorted((c.sites or {}).items(), key=lambda kv: kv[0].split()[1]):
+            print(f"{n:5d}  {site}")
