@@ -11,6 +11,11 @@ first (compiles, cuBLAS handles). Output tok/s = prompts x new tokens / wall tim
 
     PYTHONPATH=src python benchmarks/e2e_vs_transformers.py --out $OUT/e2e.json
     PYTHONPATH=src python benchmarks/e2e_vs_transformers.py --device cpu --batches 1 --new-tokens 4   # smoke
+
+`--step-times` also records mxserve's per-step wall times: the prefill step(s) apart from the
+decode steps, so a batch's tok/s can be read as prefill + steps x ms/step. `--hf-new-tokens`
+runs transformers for fewer tokens (its tok/s is then a rate over those tokens; the speedup
+compares rates).
 """
 
 from __future__ import annotations
@@ -73,10 +78,46 @@ def time_transformers(hf, prompts: list[list[int]], new_tokens: int, device: str
     return elapsed
 
 
-def time_mxserve(llm: LLM, prompts: list[list[int]], new_tokens: int, device: str) -> float:
+class StepClock:
+    """Wall time of each engine step of one `generate`, split into steps with a prefill chunk and
+    pure-decode steps. A step ends with its one host read of the sampled tokens, which waits for
+    the device, so a step's wall time includes its GPU work."""
+
+    def __init__(self, llm: LLM) -> None:
+        self.engine = llm.engine
+        self.steps: list[tuple[float, bool]] = []  # (seconds, has a prefill chunk)
+        self._step, self._schedule = self.engine.step, self.engine.scheduler.schedule
+        self._last_prefill = False
+
+        def schedule():
+            out = self._schedule()
+            self._last_prefill = any(c.num_tokens != 1 for c in out.chunks)
+            return out
+
+        def step():
+            t0 = time.perf_counter()
+            outs = self._step()
+            self.steps.append((time.perf_counter() - t0, self._last_prefill))
+            return outs
+
+        self.engine.step, self.engine.scheduler.schedule = step, schedule
+
+    def summary(self) -> dict:
+        decode = sorted(s for s, prefill in self.steps if not prefill)
+        prefill = [s for s, is_prefill in self.steps if is_prefill]
+        return {"num_steps": len(self.steps), "prefill_steps_ms": [1e3 * s for s in prefill],
+                "decode_steps": len(decode), "decode_step_ms_median": 1e3 * decode[len(decode) // 2] if decode else None,
+                "decode_step_ms_mean": 1e3 * sum(decode) / len(decode) if decode else None,
+                "decode_step_ms_min": 1e3 * decode[0] if decode else None}
+
+
+def time_mxserve(llm: LLM, prompts: list[list[int]], new_tokens: int, device: str,
+                 clock: StepClock | None = None) -> float:
     params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True)
     llm.generate(prompts, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))  # warm-up: graphs, compiles
     _sync(device)
+    if clock is not None:
+        clock.steps.clear()
     t0 = time.perf_counter()
     outs = llm.generate(prompts, params)
     _sync(device)
@@ -97,22 +138,31 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton,hc=triton",
                     help="mxserve kernel overrides (MXSERVE_KERNEL_OVERRIDES syntax); '' = engine defaults")
+    ap.add_argument("--hf-new-tokens", type=int, default=None,
+                    help="transformers' new tokens (default --new-tokens); its tok/s is compared as a rate")
+    ap.add_argument("--step-times", action="store_true",
+                    help="record mxserve's per-step wall times (prefill steps apart from decode steps)")
     ap.add_argument("--out", type=Path, default=Path("e2e.json"))
     args = ap.parse_args()
     model_dir = default_model_path()
     hf = transformers_model(model_dir, args.device)
     llm = LLM(str(model_dir), device=args.device, numerics="faithful", kernel_overrides=parse_kernels(args.kernels),
               max_model_len=512, max_num_seqs=max(args.batches), progress=False)
+    clock = StepClock(llm) if args.step_times else None
+    hf_new = args.hf_new_tokens or args.new_tokens
     rows = []
     for batch in args.batches:
         prompts = prompts_for(model_dir, batch)
-        hf_s = time_transformers(hf, prompts, args.new_tokens, args.device)
-        mx_s = time_mxserve(llm, prompts, args.new_tokens, args.device)
+        hf_s = time_transformers(hf, prompts, hf_new, args.device)
+        mx_s = time_mxserve(llm, prompts, args.new_tokens, args.device, clock)
         tokens = batch * args.new_tokens
-        row = {"batch": batch, "new_tokens": args.new_tokens, "transformers_s": hf_s, "mxserve_s": mx_s,
-               "transformers_tok_s": tokens / hf_s, "mxserve_tok_s": tokens / mx_s, "speedup": hf_s / mx_s,
-               "target": TARGETS.get(batch)}
+        hf_tok_s = batch * hf_new / hf_s
+        row = {"batch": batch, "new_tokens": args.new_tokens, "hf_new_tokens": hf_new, "transformers_s": hf_s,
+               "mxserve_s": mx_s, "transformers_tok_s": hf_tok_s, "mxserve_tok_s": tokens / mx_s,
+               "speedup": (tokens / mx_s) / hf_tok_s, "target": TARGETS.get(batch)}
         row["met"] = None if row["target"] is None else row["speedup"] >= row["target"]
+        if clock is not None:
+            row["mxserve_steps"] = clock.summary()
         rows.append(row)
         print(json.dumps(row), flush=True)
     graphs = llm.engine.runner.decode_graphs
@@ -122,10 +172,16 @@ def main() -> None:
                "eager_reasons": dict(llm.engine.runner.eager_stats.counts), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=1))
-    print(f"{'batch':>5} {'transformers tok/s':>19} {'mxserve tok/s':>14} {'speedup':>8} {'target':>7}")
+    print(f"{'batch':>5} {'transformers tok/s':>19} {'mxserve tok/s':>14} {'speedup':>8} {'target':>7}"
+          + (f" {'prefill ms':>11} {'decode ms/step (median, min)':>29}" if clock is not None else ""))
     for r in rows:
-        print(f"{r['batch']:>5} {r['transformers_tok_s']:>19.1f} {r['mxserve_tok_s']:>14.1f} {r['speedup']:>8.1f} "
-              f"{r['target'] if r['target'] is not None else '-':>7}")
+        line = (f"{r['batch']:>5} {r['transformers_tok_s']:>19.1f} {r['mxserve_tok_s']:>14.1f} {r['speedup']:>8.1f} "
+                f"{r['target'] if r['target'] is not None else '-':>7}")
+        if "mxserve_steps" in r:
+            st = r["mxserve_steps"]
+            pre = "+".join(f"{ms:.1f}" for ms in st["prefill_steps_ms"])
+            line += f" {pre:>11} {st['decode_step_ms_median'] or 0:>20.2f}, {st['decode_step_ms_min'] or 0:.2f}"
+        print(line)
 
 
 if __name__ == "__main__":

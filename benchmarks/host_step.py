@@ -148,6 +148,22 @@ class ComponentTimer:
         return wrapped
 
 
+class OpCounter:
+    """Counts aten ops per step (each is a kernel launch, or a copy, on CUDA), by op name."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counts: collections.Counter = collections.Counter()
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                counts[str(func.overloadpacket.__name__)] += 1
+                return func(*args, **(kwargs or {}))
+
+        self.counts, self.mode = counts, Mode()
+
+
 def build_llm(args: argparse.Namespace) -> LLM:
     llm = LLM(str(default_model_path()), device=args.device, max_model_len=512, max_num_seqs=args.batch,
               progress=False)
@@ -210,11 +226,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     timer.calls.clear()
     reads.active = True
     num_tokens = 0
+    ops = OpCounter() if args.count_ops else None
     while engine.has_unfinished_requests():
         if profiler is not None:
             profiler.enable()
         t0 = clock()
-        outs = engine.step()
+        if ops is not None:
+            with ops.mode:
+                outs = engine.step()
+        else:
+            outs = engine.step()
         if args.device == "cuda":
             torch.cuda.synchronize()
         step_s.append(clock() - t0)
@@ -232,6 +253,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "components_ms_per_step": {k: 1e3 * v / steps for k, v in timer.seconds.items()},
         "reads_per_step": {k: v / steps for k, v in reads.counts.most_common()},
         "eager_reasons": dict(engine.runner.eager_stats.counts),
+        "aten_ops_per_step": {k: v / steps for k, v in ops.counts.most_common()} if ops is not None else None,
     }
     model_ms = result["components_ms_per_step"].get("    model (stand-in)", 0.0)
     result["host_ms_excluding_model"] = result["step_ms_mean"] - model_ms
@@ -239,6 +261,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stream = io.StringIO()
         pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(45)
         result["profile"] = stream.getvalue()
+    return result
+
+
+def check_graph_tokens(args: argparse.Namespace) -> dict[str, Any]:
+    """The real default model at `args.batch` requests: greedy tokens through the decode graphs
+    (every Triton kernel, the fast host path with its pinned numpy-filled buffers) == enforce_eager,
+    token for token. Raises SystemExit on a mismatch."""
+    kernels = dict(item.split("=", 1) for item in args.check_kernels.split(",") if item)
+    batch_prompts = prompts(args.batch)
+    params = SamplingParams(temperature=0, max_tokens=args.check_tokens, ignore_eos=True)
+    tokens = {}
+    for eager in (False, True):
+        llm = LLM(str(default_model_path()), device=args.device, numerics="faithful", kernel_overrides=kernels,
+                  max_model_len=512, max_num_seqs=args.batch, enforce_eager=eager, progress=False)
+        tokens[eager] = [o.outputs[0].token_ids for o in llm.generate(batch_prompts, params)]
+        graphs = llm.engine.runner.decode_graphs
+        replays = graphs.num_replays if graphs is not None else 0
+        if not eager and replays == 0:
+            raise SystemExit(f"check: no decode step replayed a graph ({dict(llm.engine.runner.eager_stats.counts)})")
+        del llm
+    mismatched = [i for i, (a, b) in enumerate(zip(tokens[False], tokens[True], strict=True)) if a != b]
+    result = {"requests": args.batch, "tokens_each": args.check_tokens, "mismatched_requests": mismatched}
+    print(f"check: graphs vs enforce_eager, {args.batch} requests x {args.check_tokens} greedy tokens: "
+          f"{'EQUAL' if not mismatched else f'{len(mismatched)} requests differ, first {mismatched[0]}'}", flush=True)
+    if mismatched:
+        raise SystemExit(1)
     return result
 
 
@@ -251,11 +299,18 @@ def main() -> None:
     ap.add_argument("--sampled", action="store_true", help="every other request seeded top-p (else all greedy)")
     ap.add_argument("--profile", action="store_true", help="print cProfile's top functions (cumulative)")
     ap.add_argument("--count-reads", action="store_true", help="count host reads of tensor values by call site")
+    ap.add_argument("--count-ops", action="store_true", help="count aten ops per step (launches on CUDA)")
     ap.add_argument("--no-components", action="store_true", help="no per-component wrappers (their own cost)")
+    ap.add_argument("--check", action="store_true",
+                    help="first: the real model's greedy tokens through graphs == enforce_eager (CUDA)")
+    ap.add_argument("--check-tokens", type=int, default=16)
+    ap.add_argument("--check-kernels", default="linear=triton,moe=triton,attention=triton,hc=triton")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(1)
+    check = check_graph_tokens(args) if args.check else None
     result = run(args)
+    result["check"] = check
     if args.profile:
         print(result["profile"])
     if args.out is not None:
@@ -271,6 +326,10 @@ def main() -> None:
         print("  host reads of tensor values per step:")
         for site, n in result["reads_per_step"].items():
             print(f"    {n:6.1f}  {site}")
+    if result["aten_ops_per_step"]:
+        total = sum(result["aten_ops_per_step"].values())
+        print(f"  aten ops per step: {total:.1f} (" + ", ".join(f"{k} {v:.1f}" for k, v in
+                                                            result["aten_ops_per_step"].items()) + ")")
     if result["eager_reasons"]:
         print(f"  eager steps: {result['eager_reasons']}")
 

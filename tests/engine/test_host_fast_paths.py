@@ -174,3 +174,15 @@ def test_allocate_shortcut_keeps_the_view_object_until_a_table_grows():
     assert manager.allocate(request, 1)  # position 8 needs a third window page
     assert manager.block_tables(request) is not view
     assert len(manager.block_tables(request)["window"]) == 3
+
+
+def test_single_token_decode_memo_is_the_tokenizer_call():
+    from mxserve.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(default_model_path())
+    for skip in (False, True):
+        for token_id in range(tok.vocab_size):
+            want = str(tok._tok.decode([token_id], skip_special_tokens=skip))
+            assert tok.decode([token_id], skip_special_tokens=skip) == want  # first call fills the memo
+            assert tok.decode((token_id,), skip_special_tokens=skip) == want, token_id  # the memo
+    assert tok.decode([5, 6]) == str(tok._tok.decode([5, 6], skip_special_tokens=False))

@@ -97,11 +97,12 @@ class _Tracked:
     def finished(self) -> bool:
         return all(s.finished for s in self.samples.values())
 
-    def snapshot(self) -> RequestOutput:
+    def snapshot(self, finished: bool | None = None) -> RequestOutput:
+        """`finished`: self.finished when the caller has just computed it (None: compute it)."""
         outputs = [s.output for s in self.samples.values()]
         return RequestOutput(
-            self.request_id, self.prompt, self.prompt_token_ids, outputs, self.finished, self.metrics,
-            self.prompt_logprobs or None,
+            self.request_id, self.prompt, self.prompt_token_ids, outputs,
+            self.finished if finished is None else finished, self.metrics, self.prompt_logprobs or None,
         )
 
 
@@ -330,26 +331,30 @@ class LLMEngine:
         updates = self.scheduler.update_from_output(step, result.runner_output)
         now = time.monotonic()
         changed: dict[str, _Tracked] = {}
+        requests, owners = self._requests, self._sample_owner
         for rid, records in result.prompt_logprobs.items():
-            tracked = self._requests[self._sample_owner[rid]]
+            tracked = requests[owners[rid]]
             if not tracked.prompt_logprobs:
                 tracked.prompt_logprobs.append(None)  # position 0 has no logprob
             tracked.prompt_logprobs.extend(_to_token_logprobs(r) for r in records)
+        sampled_logprobs = result.sampled_logprobs
         for update in updates:
-            owner = self._sample_owner.get(update.request_id)
+            owner = owners.get(update.request_id)
             if owner is None:
                 continue
-            tracked = self._requests[owner]
+            tracked = requests[owner]
             sample = tracked.samples[update.request_id]
             out = sample.output
             new_ids = update.new_token_ids  # one token, or several with speculative decoding
             finish = update.finish_reason
-            if sample.detokenizer is not None:
+            detokenizer = sample.detokenizer
+            if detokenizer is not None:
                 # token by token, so a stop string inside a multi-token update drops the tokens after it
                 stop = None
                 for count, token_id in enumerate(update.new_token_ids, 1):
-                    delta = sample.detokenizer.add_tokens((token_id,))
-                    out.text += delta.text
+                    delta = detokenizer.add_tokens((token_id,))
+                    if delta.text:
+                        out.text += delta.text
                     if delta.stop is not None:
                         stop, new_ids = delta.stop, update.new_token_ids[:count]
                         break
@@ -357,12 +362,13 @@ class LLMEngine:
                     self.scheduler.finish_request(update.request_id, FinishReason.STOP)
                     finish, out.stop_reason = FinishReason.STOP, stop
                 if finish is not None and stop is None:
-                    out.text += sample.detokenizer.finish().text
+                    out.text += detokenizer.finish().text
             out.token_ids.extend(new_ids)
-            if tracked.metrics.first_token_time_s is None:
-                tracked.metrics.first_token_time_s = now
-            tracked.metrics.token_times_s.extend([now] * len(new_ids))
-            records = result.sampled_logprobs.get(update.request_id)
+            metrics = tracked.metrics
+            if metrics.first_token_time_s is None:
+                metrics.first_token_time_s = now
+            metrics.token_times_s.extend([now] * len(new_ids))
+            records = sampled_logprobs.get(update.request_id) if sampled_logprobs else None
             if records is not None and out.logprobs is not None:
                 for record in (records if isinstance(records, list) else [records])[: len(new_ids)]:
                     out.logprobs.append(_to_token_logprobs(record))
@@ -376,10 +382,11 @@ class LLMEngine:
             changed[owner] = tracked
         outputs = []
         for owner, tracked in changed.items():
-            if tracked.finished:
+            finished = tracked.finished
+            if finished:
                 tracked.metrics.finished_time_s = now
-                self._requests.pop(owner, None)
-            outputs.append(tracked.snapshot())
+                requests.pop(owner, None)
+            outputs.append(tracked.snapshot(finished))
         return outputs
 
     def _sampling_of(self, sub_id: str) -> RequestSampling:

@@ -81,6 +81,9 @@ class Tokenizer:
         self.special_ids = SpecialTokenIds(
             **{name: hf_tokenizer.token_to_id(s) for name, s in REQUIRED_SPECIAL_TOKENS.items()}
         )
+        # (token id, skip_special_tokens) → decode([id]): the incremental detokenizer decodes the
+        # one token it emitted last as its "before" window every step (64 requests: 64 calls a step)
+        self._single_token_text: dict[tuple[int, bool], str] = {}
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -128,6 +131,12 @@ class Tokenizer:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
+        if len(ids) == 1:  # a pure function of (id, flag): memoised, the same string as the call
+            key = (int(ids[0]), bool(skip_special_tokens))
+            text = self._single_token_text.get(key)
+            if text is None:
+                text = self._single_token_text[key] = str(self._tok.decode([key[0]], skip_special_tokens=key[1]))
+            return text
         return str(self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
 
     def token_id(self, token: str) -> int:

@@ -120,7 +120,7 @@ def build_decode_batch(
         raise ValueError(f"build_decode_batch: buffers have {batch.num_rows} rows, asked for {num_rows}")
     # The host buffers are filled through numpy views: a numpy array from nested lists converts
     # ints ~6x faster than torch.tensor(list) does, and numpy's small ops cost ~1 us against torch's
-    # ~5-10 us (64 rows: 0.70 -> see the commit, on this CPU).
+    # ~5-10 us (64 rows: 0.74 -> 0.29 ms of CPU time on this box, 1 row unchanged at 0.11 ms).
     token_np, position_np = batch.token_ids.numpy(), batch.positions.numpy()
     token_np[n:] = 0
     position_np[n:] = 0

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Issue 11, 64 requests: the engine's host path per decode step after the host64 changes
+# (numpy-filled decode tables, block-manager and runner shortcuts, one tokenizer call per token).
+#   run(command="bash benchmarks/gpu_s6_host64.sh", carry=[".tc", ".whl"])     (~120 s)
+#
+# A (check first): the real default model, every Triton kernel, 64 requests x 16 greedy tokens
+#   through the decode graphs (pinned, numpy-filled host buffers) == enforce_eager, token for token.
+# B: benchmarks/host_step.py on CUDA: the real engine with a stand-in model whose logits cost one
+#   gather, 64 requests: host ms per decode step by component, and the host reads of tensor
+#   values per step (each one waits for the GPU; expected: 1).
+# C: benchmarks/e2e_vs_transformers.py at batch 64 only, 128 new tokens, with per-step wall
+#   times (the prefill step apart from the decode steps) and transformers in the same run.
+#
+# Prediction (CPU: the 64-row host step went ~6.4 -> ~3 ms of CPU time, of which ~0.9 ms is logits
+# math that runs on the device on CUDA; session 5 measured ~20 ms a 64-row step end to end):
+#   A: EQUAL.
+#   B: host step ~2-3 ms (stand-in), 1 host read per step.
+#   C: decode step ~6-9 ms (host ~2.5 ms + graph replay ~3-5 ms); the prefill step of 64 x 25
+#      tokens is a large part of the call (several hundred ms); mxserve b64 ~5000-7000 tok/s,
+#      transformers ~800-1000 tok/s: ~6-8x (target 50x: still missed).
+source benchmarks/gpu_s5_env.sh
+ALL=${KERNELS:-linear=triton,moe=triton,attention=triton,hc=triton}
+
+stamp "A+B: graphs == eager at 64 requests (the check), then the host step with a stand-in model"
+timeout -s INT 75 python3 benchmarks/host_step.py --device cuda --batch 64 --new-tokens 64 --count-reads \
+    --check --check-tokens 16 --check-kernels $ALL --out "$R/host64_host_step.json" > "$R/host64_host_step.log" 2>&1
+echo "exit $?"; grep -vE "^\s*$|RoPE scaling" "$R/host64_host_step.log" | tail -n 16 | cut -c1-200
+
+stamp "C: e2e at 64 requests, 128 new tokens, per-step times"
+timeout -s INT 100 python3 benchmarks/e2e_vs_transformers.py --batches 64 --new-tokens 128 --step-times \
+    --kernels $ALL --out "$R/host64_e2e_b64.json" > "$R/host64_e2e_b64.log" 2>&1
+echo "exit $?"; grep -vE "RoPE scaling" "$R/host64_e2e_b64.log" | tail -n 3 | cut -c1-200
+
+stamp "done"
