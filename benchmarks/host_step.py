@@ -203,6 +203,23 @@ def params_for(args: argparse.Namespace, count: int) -> list[SamplingParams]:
             for i in range(count)]
 
 
+def logits_math_ms(rows: int, vocab: int, clock) -> float:
+    """CPU time of the greedy step's math on the logits: the finiteness flag, log_softmax, argmax,
+    the gather of the chosen logprob (what `ModelRunner.execute` and `Sampler.sample` compute)."""
+    logits = torch.randn(rows, vocab)
+    best = float("inf")
+    for _ in range(5):
+        t0 = clock()
+        for _ in range(20):
+            finite = torch.isfinite(logits).all()
+            logprobs = torch.log_softmax(logits, dim=-1)
+            tokens = torch.argmax(logits, dim=-1)
+            logprobs.gather(1, tokens[:, None])
+            bool(finite)
+        best = min(best, (clock() - t0) / 20)
+    return 1e3 * best
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     llm = build_llm(args)
     engine = llm.engine
@@ -257,6 +274,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     model_ms = result["components_ms_per_step"].get("    model (stand-in)", 0.0)
     result["host_ms_excluding_model"] = result["step_ms_mean"] - model_ms
+    if args.device == "cpu":
+        # On the CPU the runner's and sampler's ops on the [64, vocab] logits compute here; on CUDA
+        # they are ~10 launches of device work. Timed alone at this shape, to be subtracted.
+        result["logits_math_ms"] = logits_math_ms(args.batch, engine.model_config.vocab_size, clock)
+        result["host_ms_excluding_model_and_logits_math"] = result["host_ms_excluding_model"] - result["logits_math_ms"]
     if profiler is not None:
         stream = io.StringIO()
         pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(45)
@@ -320,6 +342,9 @@ def main() -> None:
           f"device {args.device}, {'mixed greedy/top-p' if args.sampled else 'greedy'}")
     print(f"  step ms ({result['clock']}): median {result['step_ms_median']:.3f}, mean {result['step_ms_mean']:.3f}, "
           f"min {result['step_ms_min']:.3f}; excluding the stand-in model: {result['host_ms_excluding_model']:.3f}")
+    if "logits_math_ms" in result:
+        print(f"  logits math (device work on CUDA), timed alone: {result['logits_math_ms']:.3f} ms; host step "
+              f"excluding it and the stand-in: {result['host_ms_excluding_model_and_logits_math']:.3f} ms")
     for label, ms in result["components_ms_per_step"].items():
         print(f"  {label:<24} {ms:8.3f} ms/step")
     if result["reads_per_step"]:

@@ -117,7 +117,10 @@ class Request:
     def token_ids_between(self, start: int, end: int) -> tuple[int, ...]:
         """Tokens at positions [start, end) of prompt + output, without copying the whole sequence
         (a decode step of a 256K-token request should not build a 256K list)."""
-        if not 0 <= start <= end <= self.num_tokens:
+        num_tokens = len(self.prompt_token_ids) + len(self.output_token_ids)
+        if end == num_tokens == start + 1 and self.output_token_ids:  # a decode step's one input token
+            return (self.output_token_ids[-1],)
+        if not 0 <= start <= end <= num_tokens:
             raise ValueError(f"token range [{start}, {end}) is outside [0, {self.num_tokens}) of {self.request_id!r}")
         num_prompt = len(self.prompt_token_ids)
         head = self.prompt_token_ids[start:min(end, num_prompt)] if start < num_prompt else ()
