@@ -44,7 +44,7 @@ KERNELS = {  # name: (kernel, constexprs, pointer types, MMA FLOP per K-loop tri
                       TYPES, 2 * 128 * 128),
     "fused_down": (_moe_down_kernel, dict(FUSED, BLOCK_N=128), TYPES, 2 * 128 * 128),
     "prefill_gate_up": (_moe_prefill_gate_up_kernel, dict(DOT=1, X_PIECES=1, USE_ASM=True, H_BF16=True, QUANT_H=True,
-                                                          I=2048, D=4096), {**TYPES, **WORDS}, 2 * 2 * 128 * 128),
+                                                          BLOCK_N=128, I=2048, D=4096), {**TYPES, **WORDS}, 2 * 2 * 128 * 128),
     "prefill_down": (_moe_prefill_down_kernel, dict(DOT=1, X_PIECES=1, USE_ASM=True, BLOCK_N=128, I=2048, D=4096),
                      {**TYPES, **WORDS}, 2 * 128 * 128),
 }

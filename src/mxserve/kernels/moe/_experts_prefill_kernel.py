@@ -60,8 +60,8 @@ def _moe_prefill_gate_up_kernel(
     h_ptr,
     I: tl.constexpr, D: tl.constexpr, num_pairs, top_k, limit,
     stride_x, stride_we, stride_wn, stride_wse, stride_wsn, stride_h,
-    BLOCK_M: tl.constexpr, DOT: tl.constexpr, X_PIECES: tl.constexpr, USE_ASM: tl.constexpr,
-    H_BF16: tl.constexpr, QUANT_H: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT: tl.constexpr, X_PIECES: tl.constexpr,
+    USE_ASM: tl.constexpr, H_BF16: tl.constexpr, QUANT_H: tl.constexpr,
 ):
     """Program (128-channel block, row block): h[pos, block] = SwiGLU(x · W1_eᵀ, x · W3_eᵀ) · routing
     weight for the block's rows, rounded / fake-quantized as `_swiglu_values` does, stored in
@@ -71,7 +71,7 @@ def _moe_prefill_gate_up_kernel(
                                            num_pairs, BLOCK_M)
     if expert < 0:
         return
-    BLOCK_N: tl.constexpr = 128  # one 128-channel block of h: the fake quantization's group
+    tl.static_assert(BLOCK_N == 128, "gate/up programs are one 128-channel fake-quantization block of h")
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     token = pair // top_k
     e64 = expert.to(tl.int64)

@@ -27,8 +27,9 @@ Variants ("how the multiply runs"; all compute the same math, tolerances in test
           decode's sizes) on experts the split decode applies to; others keep the fused tile.
   "bf16-fused"  "bf16" with the split decode and the prefill tile off (the fused gate/up+SwiGLU
           kernel at every size): the off switch, and the baseline the benchmark times them against.
-Tile shapes depend on the number of pairs (decode: 16-row blocks; prefill: 64), never on the
-values, and a row's K order does not depend on the tile, so results are batch invariant.
+Tile shapes depend on the number of pairs (decode: 16-row blocks; fused prefill: 64; the prefill
+tile: 64 or 128, `prefill.block_m_for`), never on the values, and a row's K order does not depend
+on the tile, so results are batch invariant.
 """
 
 from __future__ import annotations

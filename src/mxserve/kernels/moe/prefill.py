@@ -86,7 +86,7 @@ def prefill_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Te
         blocks.sorted_pair_ids, blocks.block_expert, blocks.expert_start, blocks.expert_count, route_w,
         h, st.hidden, st.dim, num_pairs, top_k, float(limit),
         xp.stride(0), st.w1.stride(0), st.w1.stride(1), words[0].stride(0), words[0].stride(1), h.stride(0),
-        BLOCK_M=block_m, DOT=dot, X_PIECES=x_pieces, USE_ASM=use_asm,
+        BLOCK_M=block_m, BLOCK_N=128, DOT=dot, X_PIECES=x_pieces, USE_ASM=use_asm,
         H_BF16=hidden_dtype == torch.bfloat16, QUANT_H=quantize_inputs, num_warps=warps, num_stages=stages,
     )
     y = torch.empty((num_pairs, st.dim), dtype=torch.float32, device=dev)
