@@ -9,8 +9,9 @@ override op name is "moe" (`EngineConfig.kernel_overrides["moe"]`, or
   reference        the torch twins (always available)
   triton           router + grouped MXFP4 kernels, weights widened to bf16 in registers; decode
                    in "triton-split"'s launches wherever they apply (the same bits, 3x faster at
-                   1 token on the H200)
-  triton-fused     "triton" with the split decode off (the fused kernel at every size)
+                   1 token on the H200), prefill-sized calls in the prefill tile on the same experts
+                   (variant "bf16-prefill", `prefill.py`: the same bits again)
+  triton-fused     "triton" with the split decode and the prefill tile off (the fused kernel at every size)
   triton-w4a8      the same with FP8 activations on FP8 tensor cores (faithful numerics, sm_89+)
   triton-repack    experts repacked losslessly MXFP4 → 128x128 block FP8 at load (spec §6.6)
   triton-split     "triton"'s numbers bit for bit, decode in split launches with a cheaper nibble

@@ -22,7 +22,9 @@ from mxserve.kernels.moe.router import interpreting
 # more rows spend fewer decode instructions per MMA, but each expert's last block is padded up to it.
 # Up to `small_pairs_per_expert` pairs per expert on average a launch takes `small_block_m`. Gate/up
 # programs are 128 channels (one fake-quantization block of h) of gate AND up; down_block_n is the
-# down kernel's output features per program. Any values give the same bits.
+# down kernel's output features per program. Any values give the same bits. These defaults are the
+# sm_90 compile report's choice (0.50 warp instructions per MMA kFLOP at 128 rows, no spills, Triton
+# 3.9), not yet timed: benchmarks/gpu_s6_moeprefill.sh times them against 5 other configs.
 CONFIG = {"block_m": 128, "small_block_m": 64, "small_pairs_per_expert": 48, "down_block_n": 128,
           "num_warps": 8, "num_stages": 3, "down_num_warps": 8, "down_num_stages": 3}
 # -------------------------------------------------------------------------------------------------
