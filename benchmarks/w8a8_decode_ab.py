@@ -90,12 +90,13 @@ def main() -> None:
 
 # --- session 6: the fused activation quantization and the bf16 epilogue ---------------------------
 TWO_LAUNCH = DecodeOptions(fused_act_quant=False)  # the act_quant launch, then the linear (the off switch)
-FUSED = DecodeOptions()  # the default: x quantized inside the linear's programs
+FUSED = DecodeOptions(fused_act_quant_large=True)  # x quantized inside the linear's programs, every layer size
 FUSED_VARIANTS = {  # name: (options, out_dtype of the launch, cast to bf16 after it)
     "two_cast": (TWO_LAUNCH, None, True),  # the model's path before: act_quant, linear (fp32), .to(bf16)
     "fused_cast": (FUSED, None, True),  # the quantization fused, the cast kept
-    "fused_bf16": (FUSED, torch.bfloat16, False),  # the new path: one launch a linear
+    "fused_bf16": (FUSED, torch.bfloat16, False),  # one launch a linear
     "two_bf16": (TWO_LAUNCH, torch.bfloat16, False),  # the epilogue alone
+    "rule_bf16": (DecodeOptions(), torch.bfloat16, False),  # the default: fused below 32 Mi weights, else two
 }
 # the model runs wq_a and wkv, and the shared expert's w1 and w3, as separate launches (model/attention.py,
 # kernels/moe/shared.py); SHAPES has them merged (wq_a||wkv, shared_w13), the launches a merge would give
@@ -211,7 +212,7 @@ def chain_times(weights: dict, emit, layers: int = 2) -> None:
     row = {"kind": "chain", "m": 1, "layers": layers, "linears": [name for name, _ in CHAIN]}
     # layer i takes copy 2i + offset of each shape (w1 and w3: two copies of one shape)
     steps = [(name, weights[name][(2 * i + off) % len(weights[name])]) for i in range(layers) for name, off in CHAIN]
-    for v in ("two_cast", "fused_bf16"):
+    for v in ("two_cast", "fused_bf16", "rule_bf16"):
         calls = [lambda name=name, w=w, v=v: _variant_call(v, xs[name], w) for name, w in steps]
         row[f"{v}_chain_us_per_layer"] = graph_time(calls) * len(calls) / layers * 1e6
     emit(row)
@@ -271,8 +272,8 @@ def _fused_table(rows: list[dict]) -> None:
         if r["kind"] == "chain":
             iso = {v: sum(next((t[f"{v}_cold_us"] for t in rows if t["kind"] == "time" and t["shape"] == s
                                 and t["m"] == 1 and f"{v}_cold_us" in t), float("nan")) for s in r["linears"])
-                   for v in ("two_cast", "fused_bf16")}
-            for v in ("two_cast", "fused_bf16"):
+                   for v in ("two_cast", "fused_bf16", "rule_bf16")}
+            for v in ("two_cast", "fused_bf16", "rule_bf16"):
                 print(f"chain M=1 {v}: {r[v + '_chain_us_per_layer']:.1f} us a layer in one graph vs "
                       f"{iso[v]:.1f} summed isolated L2-cold")
 

@@ -154,6 +154,12 @@ class DecodeOptions:
     # and the most rows it takes (above: the act_quant launch; for an A/B by batch size)
     fused_act_quant: bool = True
     fused_act_quant_max_m: int = 16
+    # the shape rule's W8A8 half (H200, session 6 call 3, benchmarks/gpu_s6_w8a8.sh, L2-cold graph replay at
+    # M = 1): the fused launch wins on the small layers (wkv 8.8 -> 6.3 us, shared w2 9.6 -> 7.7, indexer
+    # wq_b 9.4 -> 7.8) but loses on the >= 32 Mi-weight ones, whose programs each quantize the whole x
+    # (wq_b 13.2 -> 15.0, wo_b 16.0 -> 18.4, head 152 -> 159 against the act_quant launch + the same
+    # bf16 epilogue). None = by that rule under `shape_rule`; a bool = for every layer size.
+    fused_act_quant_large: bool | None = None
 
     def __post_init__(self) -> None:
         if self.one_group not in ("split", "in_program"):
@@ -294,7 +300,7 @@ def linear_fp8_block_triton(
         else:
             out = launch_prefill_fast(x2, weight)
         out = out.to(out_dtype)  # a cast launch (this tile has no output-dtype epilogue)
-    elif quantize_input and x2.shape[0] and _fuses_act_quant(x2, tile):
+    elif quantize_input and x2.shape[0] and _fuses_act_quant(x2, weight, tile):
         # decode W8A8, one launch: the programs quantize their own slices of x (same codes and scales)
         out = launch_linear_fp8_block(x2, weight, quantize_x=True, tile=tile, weight_decode=weight_decode,
                                       split_sum=split_sum, out_dtype=out_dtype)
@@ -324,12 +330,16 @@ def _check_out_dtype(out_dtype: torch.dtype | None) -> torch.dtype:
     return out_dtype
 
 
-def _fuses_act_quant(x2: torch.Tensor, tile: str) -> bool:
+def _fuses_act_quant(x2: torch.Tensor, weight: QuantizedWeight, tile: str) -> bool:
     """`DecodeOptions.fused_act_quant`: a decode launch (the prefill tile would re-quantize x once
-    per output tile of 128 features, and its act_quant launch is a small part of a GEMM)."""
+    per output tile of 128 features, and its act_quant launch is a small part of a GEMM), of a
+    small layer unless `fused_act_quant_large` says otherwise (the measured rule above)."""
     opts = _decode_options["value"]
     is_decode = tile == "decode" or (tile == "auto" and x2.shape[0] <= DECODE_MAX_M)
-    return is_decode and opts.fused_act_quant and x2.shape[0] <= opts.fused_act_quant_max_m
+    large = weight.shape[0] * weight.shape[1] >= LARGE_DECODE_WEIGHTS
+    fuse_large = opts.fused_act_quant_large if opts.fused_act_quant_large is not None else not opts.shape_rule
+    return (is_decode and opts.fused_act_quant and x2.shape[0] <= opts.fused_act_quant_max_m
+            and (fuse_large or not large))
 
 
 def _uses_prepared_x(x2: torch.Tensor, weight: QuantizedWeight, tile: str, weight_decode: str) -> bool:
