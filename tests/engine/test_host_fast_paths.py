@@ -186,3 +186,24 @@ def test_single_token_decode_memo_is_the_tokenizer_call():
             assert tok.decode([token_id], skip_special_tokens=skip) == want  # first call fills the memo
             assert tok.decode((token_id,), skip_special_tokens=skip) == want, token_id  # the memo
     assert tok.decode([5, 6]) == str(tok._tok.decode([5, 6], skip_special_tokens=False))
+
+
+def test_decode_batch_views_of_one_storage_copy_in_one_transfer():
+    batch = DecodeBatch.empty(5, GEOMETRY)
+    views = [batch.token_ids, batch.positions, *batch.block_tables.values()]
+    assert all(v.is_contiguous() and v.untyped_storage().data_ptr() == batch.storage.untyped_storage().data_ptr()
+               and v.storage_offset() % 16 == 0 for v in views)
+    spans = sorted((v.storage_offset(), v.storage_offset() + v.numel()) for v in views)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))  # no overlap
+    assert (batch.token_ids == 0).all() and all((t == -1).all() for t in batch.block_tables.values())
+    rng = random.Random(1)
+    state, seqs, positions = engine_state(4, rng)
+    tokens = [3, 1, 4, 1]
+    host = build_decode_batch(tokens, seqs, positions, state, GEOMETRY, num_rows=5, out=DecodeBatch.empty(5, GEOMETRY))
+    batch.copy_(host)  # one storage copy
+    assert_same_batch(batch, host)
+    loose = DecodeBatch(host.token_ids.clone(), host.positions.clone(),
+                        {p: t.clone() for p, t in host.block_tables.items()})  # no storage: per-tensor copies
+    fresh = DecodeBatch.empty(5, GEOMETRY)
+    fresh.copy_(loose)
+    assert_same_batch(fresh, host)

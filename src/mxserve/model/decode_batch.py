@@ -25,6 +25,7 @@ buffers that can be copied into static device buffers without a synchronisation.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,11 +55,17 @@ class DecodeGeometry:
                    units_for(config, Pool.CSA, max_positions))
 
 
+_ALIGN = 16  # int64 elements (128 bytes) each view of `DecodeBatch.storage` starts on
+
+
 @dataclass(frozen=True)
 class DecodeBatch:
     token_ids: torch.Tensor  # [B] int64 (padding rows: 0)
     positions: torch.Tensor  # [B] int64 absolute position of each row's token (padding rows: 0)
     block_tables: Mapping[Pool, torch.Tensor]  # pool → [B, max_blocks[pool]] int64 page ids, −1 = none
+    # [total] int64: the one allocation the tensors above are contiguous views of (`empty` builds
+    # batches so), or None. Two batches with equal layouts copy in one transfer.
+    storage: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
@@ -66,7 +73,12 @@ class DecodeBatch:
 
     def copy_(self, other: DecodeBatch) -> None:
         """Copy `other` (same shapes, e.g. pinned host buffers) into these tensors, asynchronously
-        (the static buffers of a captured graph)."""
+        (the static buffers of a captured graph): one copy when both come from `empty` with the
+        same shapes (one host-to-device transfer a step instead of 2 + one per pool)."""
+        if (self.storage is not None and other.storage is not None and self.storage.shape == other.storage.shape
+                and self.num_rows == other.num_rows):
+            self.storage.copy_(other.storage, non_blocking=True)
+            return
         self.token_ids.copy_(other.token_ids, non_blocking=True)
         self.positions.copy_(other.positions, non_blocking=True)
         for pool, table in self.block_tables.items():
@@ -75,12 +87,23 @@ class DecodeBatch:
     @classmethod
     def empty(cls, num_rows: int, geometry: DecodeGeometry, *, device: torch.device | str = "cpu",
               pin_memory: bool = False) -> DecodeBatch:
-        """A batch of padding rows (what static buffers start as)."""
-        def full(*shape: int, fill: int) -> torch.Tensor:
-            return torch.full(shape, fill, dtype=torch.int64, device=device, pin_memory=pin_memory)
-
-        return cls(full(num_rows, fill=0), full(num_rows, fill=0),
-                   {pool: full(num_rows, geometry.max_blocks[pool], fill=-1) for pool in Pool})
+        """A batch of padding rows (what static buffers start as): token ids, positions and each
+        pool's table are contiguous views of one allocation, each starting 128-byte aligned."""
+        shapes = [(num_rows,), (num_rows,)] + [(num_rows, geometry.max_blocks[pool]) for pool in Pool]
+        fills = [0, 0] + [-1] * len(Pool)
+        sizes = [math.prod(shape) for shape in shapes]
+        starts = [sum(-(-size // _ALIGN) * _ALIGN for size in sizes[:i]) for i in range(len(sizes))]
+        total = starts[-1] + -(-sizes[-1] // _ALIGN) * _ALIGN
+        storage = torch.empty(total, dtype=torch.int64, device=device, pin_memory=pin_memory)
+        views = []
+        for shape, fill, size, start in zip(shapes, fills, sizes, starts, strict=True):
+            view = storage[start : start + size].view(shape)
+            view.fill_(fill)
+            views.append(view)
+        storage[starts[-1] + sizes[-1]:].fill_(0)  # alignment tail: defined bytes in every copy
+        for start, size, next_start in zip(starts, sizes, starts[1:], strict=False):
+            storage[start + size : next_start].fill_(0)
+        return cls(views[0], views[1], dict(zip(Pool, views[2:], strict=True)), storage)
 
 
 def build_decode_batch(
