@@ -207,3 +207,57 @@ def test_decode_batch_views_of_one_storage_copy_in_one_transfer():
     fresh = DecodeBatch.empty(5, GEOMETRY)
     fresh.copy_(loose)
     assert_same_batch(fresh, host)
+
+
+class _RecordingCacheState:
+    """The runner's view of a cache state: the tables it was given, and how often."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, dict[str, list[int]]] = {}
+        self.num_installs = 0
+
+    def set_block_tables(self, key, tables) -> None:
+        self.tables[key] = {name: list(pages) for name, pages in tables.items()}
+        self.num_installs += 1
+
+    def free_sequence(self, key) -> None:
+        self.tables.pop(key, None)
+
+
+class _OneHotModel:
+    """Logits that pick (input token * 7 + 3) mod V: requests advance, no real model."""
+
+    supports_cuda_graphs = False
+    observer = None
+    config = None
+
+    def forward(self, batch, state):
+        rows = batch.token_ids if batch.logits_rows is None else batch.token_ids[batch.logits_rows]
+        return torch.nn.functional.one_hot((rows * 7 + 3) % 50, 50).float()
+
+
+def test_runner_installs_tables_only_when_they_changed_and_never_keeps_stale_ones():
+    from mxserve.engine.model_runner import ModelRunner, RequestSampling
+    from mxserve.engine.sampling_params import SamplingParams
+    from tests.engine.factories import make_scheduler
+
+    # few pages: requests are preempted and resumed (is_new), tables grow every 4 positions
+    scheduler = make_scheduler(num_blocks=24, block_size=4, max_model_len=64, max_num_batched_tokens=40)
+    state = _RecordingCacheState()
+    runner = ModelRunner(_OneHotModel(), state, torch.device("cpu"))
+    sampling = {}
+    for i in range(6):
+        request = make_request(f"q{i}", 5 + 3 * i, max_tokens=20)
+        scheduler.add_request(request)
+        sampling[request.request_id] = RequestSampling(SamplingParams(temperature=0, max_tokens=20), i,
+                                                       request.prompt_token_ids, False)
+    num_chunks = 0
+    while scheduler.has_unfinished_requests():
+        step = scheduler.schedule()
+        result = runner.execute(step, sampling)
+        for chunk in step.chunks:  # what the model read this step is the block manager's table
+            assert state.tables[chunk.request_id] == {k: list(v) for k, v in chunk.block_tables.items()}, chunk
+            num_chunks += 1
+        scheduler.update_from_output(step, result.runner_output)
+    assert scheduler.stats().num_preemptions > 0
+    assert state.num_installs < num_chunks / 2, (state.num_installs, num_chunks)
