@@ -44,7 +44,6 @@ from mxserve.engine.cuda_graphs import DecodeGraphs
 from mxserve.model.decode_batch import DecodeGeometry
 from mxserve.testing.tiny_configs import get_config
 
-
 # The off switches of the decode step's switchable glue fusions (session 6): the step's slot maps
 # map by map, the shared expert's SwiGLU as torch ops. (The hc_post addend, the inverse RoPE's
 # rounding and the embedding gather have none: the same ops inside a launch.)

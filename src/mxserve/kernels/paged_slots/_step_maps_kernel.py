@@ -85,23 +85,23 @@ def _step_maps_kernel(
         _store_range(out_ptr + window_base, window_ptr, window_width, row, pos, 1, block_size, BLOCK)
         _store_range(out_ptr + window_base + num_rows, window_ptr, window_width, row, pos - window + 1, window,
                      block_size, BLOCK)
-    if NUM_SITES >= 1:
+    if NUM_SITES >= 1:  # noqa: SIM102 (a compile-time guard around a run-time test)
         if job == 1:
             _site_maps(out_ptr, s0_base, num_rows, row, pos, s0_state_ptr, s0_state_width, s0_entry_ptr,
                        s0_entry_width, s0_ratio, s0_rows, block_size, BLOCK)
-    if NUM_SITES >= 2:
+    if NUM_SITES >= 2:  # noqa: SIM102 (a compile-time guard around a run-time test)
         if job == 2:
             _site_maps(out_ptr, s1_base, num_rows, row, pos, s1_state_ptr, s1_state_width, s1_entry_ptr,
                        s1_entry_width, s1_ratio, s1_rows, block_size, BLOCK)
-    if NUM_SITES >= 3:
+    if NUM_SITES >= 3:  # noqa: SIM102 (a compile-time guard around a run-time test)
         if job == 3:
             _site_maps(out_ptr, s2_base, num_rows, row, pos, s2_state_ptr, s2_state_width, s2_entry_ptr,
                        s2_entry_width, s2_ratio, s2_rows, block_size, BLOCK)
-    if NUM_CANDIDATES >= 1:
+    if NUM_CANDIDATES >= 1:  # noqa: SIM102 (a compile-time guard around a run-time test)
         if job == NUM_SITES + 1:
             _candidate_maps(out_ptr, c0_base, num_rows, row, pos, c0_ptr, c0_width, c0_ratio, c0_num, block_size,
                             BLOCK)
-    if NUM_CANDIDATES >= 2:
+    if NUM_CANDIDATES >= 2:  # noqa: SIM102 (a compile-time guard around a run-time test)
         if job == NUM_SITES + 2:
             _candidate_maps(out_ptr, c1_base, num_rows, row, pos, c1_ptr, c1_width, c1_ratio, c1_num, block_size,
                             BLOCK)
