@@ -24,8 +24,8 @@ With `--device cuda` the stand-in's logits live on the GPU and the graph path is
 from __future__ import annotations
 
 import argparse
-import cProfile
 import collections
+import cProfile
 import gc
 import io
 import json
@@ -44,7 +44,6 @@ from mxserve.default_model import default_model_path
 from mxserve.engine.cuda_graphs import DecodeGraphs
 from mxserve.engine.tokenizer import Tokenizer
 from mxserve.model.decode_batch import DecodeGeometry
-
 
 CACHE_BYTES = 1 << 30  # caches of every engine built here (64 x 512 tokens of the default model fit many times)
 

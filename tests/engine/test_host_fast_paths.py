@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -194,7 +195,7 @@ def test_decode_batch_views_of_one_storage_copy_in_one_transfer():
     assert all(v.is_contiguous() and v.untyped_storage().data_ptr() == batch.storage.untyped_storage().data_ptr()
                and v.storage_offset() % 16 == 0 for v in views)
     spans = sorted((v.storage_offset(), v.storage_offset() + v.numel()) for v in views)
-    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))  # no overlap
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))  # no overlap
     assert (batch.token_ids == 0).all() and all((t == -1).all() for t in batch.block_tables.values())
     rng = random.Random(1)
     state, seqs, positions = engine_state(4, rng)

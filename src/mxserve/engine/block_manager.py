@@ -97,7 +97,7 @@ class BlockManager:
         All pools or none: returns False and changes nothing when any pool is short."""
         request_id = request.request_id
         end_pos = request.num_computed_tokens + num_new_tokens
-        if 0 <= num_new_tokens and end_pos <= self._capacity.get(request_id, -1):
+        if num_new_tokens >= 0 and end_pos <= self._capacity.get(request_id, -1):
             # Most decode steps: the pages held already fit end_pos in every pool (no pool needs a
             # page), so skip the per-pool sums; the tables and their view are unchanged.
             self._num_positions[request_id] = max(self._num_positions[request_id], end_pos)

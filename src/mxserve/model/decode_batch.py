@@ -24,8 +24,8 @@ buffers that can be copied into static device buffers without a synchronisation.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
 import math
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
