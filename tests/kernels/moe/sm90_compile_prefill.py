@@ -84,7 +84,8 @@ def compile_report(name: str, block_m: int, warps: int, stages: int, dump: Path 
     return {"kernel": tag, "n_regs": regs["n_regs"], "spill_bytes": regs["spill_store_bytes"] + regs["spill_load_bytes"],
             "smem_bytes": smem, "programs_per_sm": min(by_regs, by_smem, 32), "async_copies": async_copies,
             "sync_loads_in_loop": sync_loads, "wgmma_serialized": serialized, "k_loop_instr": len(loop),
-            "instr_per_kflop": round(len(loop) * warps / (flop_per_row * block_m / 1000), 3),
+            "instr_per_kflop": round(len(loop) * warps / (flop_per_row * consts.get("BLOCK_N", 128) / 128 * block_m / 1000),
+                                     3),
             "compile_s": round(compile_s, 1), "k_loop_ops": {op: counts[op] for op in KEY_OPS if counts[op]}}
 
 
