@@ -9,7 +9,8 @@
 #      div.rn, no FMA, no FTZ: meant to be torch's CUDA bits exactly; off: MXSERVE_TORCH_SHARED_SWIGLU=1);
 #   4. the inverse RoPE rounds the fp32 attention output itself (1 launch an attention layer fewer);
 #   5. the embedding gathered straight into the hc streams (1 launch a step fewer).
-# CPU launch count (tests/model/test_decode_launches.py, aten + Triton, kernels as on the H200):
+# CPU launch count (tests/model/test_decode_launches.py, aten + Triton, kernels as on the H200; it
+# cannot see act_quant launches, which the CPU's weight-only FP8 path does not make):
 #   default model 478 -> 313 a token (of which ~43 are another helper's linear out_dtype epilogue);
 #   the tiny CSA+HCA step 181 -> 89.
 # A. GPU bit checks first: tests/model/test_decode_glue_gpu.py (the default model's decode step with
@@ -20,17 +21,26 @@
 #    the default) — the rest is independent of it.
 # B. benchmarks/profile_decode.py --what flash default --ab-glue: device launches and kernel time per
 #    step (device rows only; the sessions-4/5 "all rows" sum is printed too), graph replay, and the
-#    Flash step again with the off switches set (maps map by map, torch SwiGLU) in the same process.
+#    Flash step again with the off switches set in the same process: MXSERVE_PER_MAP_SLOTS=1 (the maps
+#    map by map, one Triton slot map each: session 5's path) and MXSERVE_TORCH_SHARED_SWIGLU=1.
+#
+# Already measured (session 6 call 3, this script's first version: maps in one launch, MoE add/cast
+# in hc_post, embedding; its A/B used MXSERVE_TORCH_PAGED_SLOTS=1, i.e. every slot map as ~13 torch
+# ops, an unfair "before"): A 4/4 passed (bit-identical logits + caches, step maps == twin, graphs).
+# Flash 2L b1 ctx 4K: 117 device launches, 0.870 ms kernels, graph replay 1.125 ms (session 5 call
+# 3: 466 all-rows launches, 1.06 ms, 1.65 ms replay) vs the torch-twin maps 351 / 1.131 / 1.90 ms
+# (~1.1 us kernel and ~3.3 us replay per extra launch). Default model b1: 386 launches and 1.00 ms
+# of kernels a token (session 5 call 4: 1.21 ms).
 # Raw: $R/glue_tests.log, $R/glue_profile.json / .log. Prints a table last.
 #
-# Prediction (written before any GPU run):
-# - A: every test passes (equal logits and caches; graphs replay; no sync).
-# - Flash 2 layers (CSA, HCA) + head, b1, ctx 4K: the glue-off variant has ~73 device launches more
-#   than "as built" (maps ~65, SwiGLU 8) and ~100-150 us more kernel time (tiny kernels, ~1.5-2 us
-#   each); graph replay ~0.10-0.2 ms faster as built (session 5 call 3: 1.65 ms). All-rows count
-#   (sessions 4-5's metric, each aten launch about twice): 466 -> ~250; device launches ~150-190.
-# - default model b1: device kernel time per token 1.21 -> ~0.95-1.0 ms (~165 launches fewer with the
-#   out_dtype epilogue: maps 66, SwiGLU 32, MoE add/cast 16, RoPE 8, embedding 1, linears' casts ~43).
+# Prediction for this version (written before its GPU run):
+# - A: every test passes, the SwiGLU over every bf16 gate included (the riskiest: libdevice expf
+#   without FTZ must be CUDA torch's expf; if not, set MXSERVE_TORCH_SHARED_SWIGLU=1).
+# - Flash 2L b1 ctx 4K as built: ~105 device launches (117 - SwiGLU 8 + 2 - RoPE 2 - 4), ~0.85 ms of
+#   kernels, graph replay ~1.08 ms. The glue-off variant (session 5's maps, torch SwiGLU): ~+70
+#   launches, ~+60-80 us kernels, ~+0.2 ms replay (~3 us a launch in replay, as call 3 measured).
+# - default model b1: ~0.93-0.97 ms of kernels a token (1.00 in call 3; SwiGLU 32 and RoPE 8 launches
+#   fewer, ~1.1 us each).
 source benchmarks/gpu_s5_env.sh
 ALL=${KERNELS:-linear=triton,moe=triton,attention=triton,hc=triton}
 

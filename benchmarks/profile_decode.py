@@ -45,9 +45,11 @@ from mxserve.model.decode_batch import DecodeGeometry
 from mxserve.testing.tiny_configs import get_config
 
 # The off switches of the decode step's switchable glue fusions (session 6): the step's slot maps
-# map by map, the shared expert's SwiGLU as torch ops. (The hc_post addend, the inverse RoPE's
-# rounding and the embedding gather have none: the same ops inside a launch.)
-GLUE_OFF_SWITCHES = ("MXSERVE_TORCH_PAGED_SLOTS", "MXSERVE_TORCH_SHARED_SWIGLU")
+# map by map with one Triton slot map each (session 5's path; MXSERVE_TORCH_PAGED_SLOTS=1 would make
+# every slot map ~13 torch ops too, which is not what ran before), the shared expert's SwiGLU as
+# torch ops. (The hc_post addend, the inverse RoPE's rounding and the embedding gather have none:
+# the same ops inside a launch.)
+GLUE_OFF_SWITCHES = ("MXSERVE_PER_MAP_SLOTS", "MXSERVE_TORCH_SHARED_SWIGLU")
 
 
 def kernel_rows(prof: Any, steps: int) -> list[dict[str, Any]]:

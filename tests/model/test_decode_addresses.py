@@ -31,6 +31,8 @@ def test_fused_maps_equal_the_map_by_map_path(tiny_all, monkeypatch):
                                num_rows=8)  # one padding row
     fused, twin = DecodeAddresses(batch, geometry, config), DecodeAddresses(batch, geometry, config, fused=False)
     assert fused._fused and not twin._fused
+    monkeypatch.setenv("MXSERVE_PER_MAP_SLOTS", "1")  # the A/B switch: session 5's path
+    assert not DecodeAddresses(batch, geometry, config)._fused
 
     def every_map(a: DecodeAddresses) -> dict[str, torch.Tensor]:
         out = {"window write": a.window_write(), "window read": a.window_read()}

@@ -19,6 +19,7 @@ offsets); the twin path computes each on its own, as before. Same integers eithe
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable
 
 import torch
@@ -39,13 +40,16 @@ class DecodeAddresses:
     def __init__(self, batch: DecodeBatch, geometry: DecodeGeometry, config: ModelConfig, *,
                  fused: bool | None = None) -> None:
         """`fused`: compute the maps in one launch on first use (None: where the slot map is a
-        Triton launch, `use_triton`); False: the twin path, map by map."""
+        Triton launch, `use_triton`, unless MXSERVE_PER_MAP_SLOTS=1, the A/B switch that keeps
+        session 5's path: map by map, each slot map one launch); False: map by map."""
         self.batch = batch
         self.geometry = geometry
         self.config = config
         self.sliding_window = config.sliding_window
         self._memo: dict[Hashable, object] = {}
-        self._fused = use_triton(batch.positions) if fused is None else fused
+        if fused is None:
+            fused = use_triton(batch.positions) and os.environ.get("MXSERVE_PER_MAP_SLOTS") != "1"
+        self._fused = fused
 
     @property
     def positions(self) -> torch.Tensor:
