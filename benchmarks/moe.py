@@ -80,9 +80,9 @@ def prefill_config(name: str) -> dict:
     if m is None:
         raise ValueError(f"prefill config {name!r} is not m<block_m>w<warps>s<stages>[n<down_block_n>][dw<w>ds<s>]")
     block_m, warps, stages = int(m.group(1)), int(m.group(2)), int(m.group(3))
-    return dict(prefill.CONFIG, block_m=block_m, small_block_m=block_m, num_warps=warps, num_stages=stages,
-                down_block_n=int(m.group(4) or 128), down_num_warps=int(m.group(5) or warps),
-                down_num_stages=int(m.group(6) or stages))
+    tile = prefill.Tile(block_m, warps, stages, int(m.group(4) or 128), int(m.group(5) or warps),
+                        int(m.group(6) or stages))
+    return dict(prefill.CONFIG, tiers=((None, tile),))
 
 
 @contextmanager
@@ -305,11 +305,10 @@ def warm(entries) -> None:
             if which == "mxfp4":
                 with stream_configured(cfg):
                     moe_experts_triton(x, ids, w, st, variant=v, tile="prefill", **kw)
-        # the default variant: the prefill tile's two default row blocks, and one token (the stream decode)
-        for block_m in {prefill.CONFIG["block_m"], prefill.CONFIG["small_block_m"]}:
-            with stream_configured(f"m{block_m}w{prefill.CONFIG['num_warps']}s{prefill.CONFIG['num_stages']}"
-                                   f"n{prefill.CONFIG['down_block_n']}dw{prefill.CONFIG['down_num_warps']}"
-                                   f"ds{prefill.CONFIG['down_num_stages']}"):
+        # the default variant: every tier of the prefill tile, and one token (the stream decode)
+        for _, t in prefill.CONFIG["tiers"]:
+            with stream_configured(f"m{t.block_m}w{t.num_warps}s{t.num_stages}n{t.down_block_n}"
+                                   f"dw{t.down_num_warps}ds{t.down_num_stages}"):
                 moe_experts_triton(x, ids, w, st, variant="bf16", tile="prefill", **kw)
         moe_experts_triton(x[:1], ids[:1], w[:1], st, **kw)
         if DEVICE == "cuda":

@@ -34,6 +34,10 @@ def config(monkeypatch):
     return prefill.CONFIG
 
 
+def _one_tile(config, block_m, down_block_n=128):
+    config["tiers"] = ((None, prefill.Tile(block_m, 4, 1, down_block_n, 4, 1)),)
+
+
 @pytest.mark.parametrize("num_tokens", [1, 5, 21])
 @pytest.mark.parametrize("mode", ["exact", "faithful"])
 def test_bit_identical_to_fused(num_tokens, mode):
@@ -46,14 +50,14 @@ def test_bit_identical_to_fused(num_tokens, mode):
 def test_every_tile_gives_the_same_bits(config, block_m, down_block_n):
     """Row blocks of 16 / 32 / 128 (several blocks per expert, or one padded far past its rows), down
     programs of 128 / 256 features: the same bits as the fused kernel."""
-    config.update(block_m=block_m, small_block_m=block_m, down_block_n=down_block_n)
+    _one_tile(config, block_m, down_block_n)
     x, ids, w = _routing(13, seed=6)
     _check(x, ids, w, "faithful")
 
 
 def test_all_tokens_on_one_expert(config):
     """21 rows on expert 2 (two 16-row blocks), 11 + 10 on experts 3 / 0, none on 1, 4, 5."""
-    config.update(block_m=16, small_block_m=16)
+    _one_tile(config, 16)
     x, _, w = _routing(21, seed=2)
     ids = torch.tensor([[2, 3 + t % 2, t % 2] for t in range(21)], device=DEVICE)
     _check(x, ids, w, "faithful")
@@ -98,9 +102,12 @@ def test_default_variant_takes_the_prefill_tile_at_prefill_sizes(monkeypatch):
     assert calls == [3, 2], "scale byte 129: the fused tile"
 
 
-def test_block_rows_depend_on_the_pair_count_only(config):
-    config.update(block_m=128, small_block_m=64, small_pairs_per_expert=48)
-    assert prefill.block_m_for(48 * 256, 256) == 64 and prefill.block_m_for(48 * 256 + 1, 256) == 128
+def test_tile_depends_on_the_pair_count_and_dtypes_only():
+    """The default tiers at the Flash MoE's 256 experts: 32 rows up to 32 pairs per expert on average,
+    64 up to 64, 128 above; fp32 activations at most 64 rows (shared memory)."""
+    assert [prefill.tile_for(n * 256, 256).block_m for n in (17, 32, 33, 64, 65, 96)] == [32, 32, 64, 64, 128, 128]
+    assert prefill.tile_for(65 * 256, 256).down_block_n == 256
+    assert [prefill.tile_for(n * 256, 256, fp32_activations=True).block_m for n in (32, 33, 96)] == [32, 64, 64]
 
 
 def test_refuses_fp8_block_and_large_scale_bytes():

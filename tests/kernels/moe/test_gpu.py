@@ -72,7 +72,7 @@ def test_exact_mode(layer):
 # split decode here (16 experts: up to 256 pairs), 300 the fused prefill tile in both. "bf16-stream"
 # (3 launches, rows from the ids, pipelined int32 scale words and even/odd x copies, fused SwiGLU and
 # combine by arrival counters): 1, 40, 85 tokens (6 .. 510 pairs: both id-scan widths). "bf16-prefill" (the
-# stream K loop over 64/128-row blocks of the sort, gate and up in one loop): 1, 40, 300 tokens.
+# stream K loop over 32/64/128-row blocks of the sort, gate and up in one loop): 1, 40, 300 tokens.
 DECODE_VARIANT_TOKENS = ([("bf16-split", n) for n in (1, 40, 300)] + [("bf16-stream", n) for n in (1, 40, 85)]
                          + [("bf16-prefill", n) for n in (1, 40, 300)])
 

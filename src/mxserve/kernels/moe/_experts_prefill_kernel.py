@@ -18,8 +18,9 @@ numbers with the stream decode's K loop (`_experts_stream_kernel.py`) at prefill
   SwiGLU epilogue (`_swiglu_values`, the same ops as every other path) follows in registers;
 * the hidden state h is stored at the row's sorted position (rows of a block are consecutive) in
   even-then-odd order, so the down kernel reads it as contiguous halves too;
-* rows come from the align sort (`align.py`) in blocks of BLOCK_M (64 / 128: one decode of a
-  weight tile serves that many rows), so no program scans the routing;
+* rows come from the align sort (`align.py`) in blocks of BLOCK_M (32 / 64 / 128 by the call's
+  pairs per expert, `prefill.tile_for`: one decode of a weight tile serves that many rows), so no
+  program scans the routing;
 * I and D are compile-time constants (one compile per layer shape): with a run-time K the loop's
   zero-trip path hands the accumulators' zero init to the wgmma wait at the loop exit, and ptxas
   then serializes every wgmma of the loop (advisory C7515: a wait after each 64x64x16 MMA, so no

@@ -8,6 +8,8 @@ why the bits are those of "bf16-split" / "bf16-stream".
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 
@@ -17,24 +19,51 @@ from mxserve.kernels.moe._experts_stream_kernel import _moe_stream_prep_kernel
 from mxserve.kernels.moe.align import align_triton
 from mxserve.kernels.moe.router import interpreting
 
+@dataclass(frozen=True)
+class Tile:
+    """One launch configuration of the prefill tile (any values give the same bits)."""
+
+    block_m: int  # rows (pairs of one expert) per program: one decoded weight tile serves that many rows
+    num_warps: int  # gate/up (programs of 128 channels of gate AND up: one fake-quantization block of h)
+    num_stages: int
+    down_block_n: int  # down: output features per program
+    down_num_warps: int
+    down_num_stages: int
+
+
 # --- launch parameters (H200; benchmarks/moe.py --prefill-configs sweeps them) ---------------------
-# block_m: rows (pairs of one expert) per program: one decoded weight tile serves that many rows, so
-# more rows spend fewer decode instructions per MMA, but each expert's last block is padded up to it.
-# Up to `small_pairs_per_expert` pairs per expert on average a launch takes `small_block_m`. Gate/up
-# programs are 128 channels (one fake-quantization block of h) of gate AND up; down_block_n is the
-# down kernel's output features per program. Any values give the same bits. These defaults are the
-# sm_90 compile report's choice (0.50 warp instructions per MMA kFLOP at 128 rows, no spills, Triton
-# 3.9), not yet timed: benchmarks/gpu_s6_moeprefill.sh times them against 5 other configs.
-CONFIG = {"block_m": 128, "small_block_m": 64, "small_pairs_per_expert": 48, "down_block_n": 128,
-          "num_warps": 8, "num_stages": 3, "down_num_warps": 8, "down_num_stages": 3}
+# More rows a block spend fewer decode instructions per MMA, but each expert's last block is padded up
+# to block_m, so the tile follows the AVERAGE pairs per expert of the call (a count, never the
+# routing's values): tiers (at most this many pairs per expert on average, tile), first fit; None = any.
+# Measured on the H200 (session 6 call 3, Flash MoE, real routing, gpu_s6_moeprefill.sh):
+#   4096 tokens (96 pairs/expert): 128 rows 4.85 ms, with 256-feature down programs 4.77, 64 rows 6.30,
+#     32 rows 7.59 (bf16 grouped matmul 6.34; the fused tile 64.9);
+#   1024 tokens (24 pairs/expert): 32 rows on 4 warps 2.58 ms, 64 rows 3.18, 128 rows 4.52 (grouped 4.78).
+# The 64-row tier between is the padding model's choice (Poisson rows per expert, per-row cost from
+# the worst-routing run: 32 rows 1.7x and 64 rows 1.26x the 128-row tile's), not measured at its sizes.
+CONFIG = {
+    "tiers": (
+        (32, Tile(32, 4, 3, 128, 4, 3)),
+        (64, Tile(64, 8, 3, 128, 8, 3)),
+        (None, Tile(128, 8, 3, 256, 8, 3)),
+    ),
+}
+# fp32 activations (exact numerics, or fp32 x / hidden) double the activation buffers: 128 rows at 3
+# stages needs 264 KB of shared memory (the H200 refused it, session 6 call 3), so those calls take
+# at most this many rows (64 rows: 166 KB, sm_90 compile report).
+FP32_MAX_BLOCK_M = 64
 # -------------------------------------------------------------------------------------------------
 
 
-def block_m_for(num_pairs: int, num_experts: int) -> int:
-    """Rows per block for a call of `num_pairs` (token, slot) pairs: depends on the count only."""
-    if num_pairs <= CONFIG["small_pairs_per_expert"] * num_experts:
-        return CONFIG["small_block_m"]
-    return CONFIG["block_m"]
+def tile_for(num_pairs: int, num_experts: int, *, fp32_activations: bool = False) -> Tile:
+    """The tile for a call of `num_pairs` (token, slot) pairs: depends on the counts and dtypes only."""
+    tiers = [t for _, t in CONFIG["tiers"]]
+    if fp32_activations:
+        tiers = [t for t in tiers if t.block_m <= FP32_MAX_BLOCK_M] or [min(tiers, key=lambda t: t.block_m)]
+    for most, tile in CONFIG["tiers"]:
+        if tile in tiers and (most is None or num_pairs <= most * num_experts):
+            return tile
+    return tiers[-1]
 
 
 def prefill_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, st, *, limit: float,
@@ -64,15 +93,16 @@ def prefill_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Te
     use_asm = not interpreting()
     x_pieces = 2 if (x.dtype == torch.float32 and not quantize_inputs) else 1
     h_pieces = 2 if (hidden_dtype == torch.float32 and not quantize_inputs) else 1
-    block_m = block_m_for(num_pairs, st.num_experts)
-    down_block_n = CONFIG["down_block_n"]
+    tile = tile_for(num_pairs, st.num_experts,
+                    fp32_activations=x.dtype == torch.float32 or hidden_dtype == torch.float32)
+    block_m, down_block_n = tile.block_m, tile.down_block_n
     if interpreting():
         warps, stages, down_warps, down_stages = 4, 1, 4, 1
     else:
-        warps, stages = CONFIG["num_warps"], CONFIG["num_stages"]
-        down_warps, down_stages = CONFIG["down_num_warps"], CONFIG["down_num_stages"]
+        warps, stages, down_warps, down_stages = (tile.num_warps, tile.num_stages, tile.down_num_warps,
+                                                  tile.down_num_stages)
     if st.dim % down_block_n:
-        raise ValueError(f"prefill_experts: D={st.dim} must be a multiple of CONFIG down_block_n={down_block_n}")
+        raise ValueError(f"prefill_experts: D={st.dim} must be a multiple of the tile's down_block_n={down_block_n}")
     # ------------------------------------------------------------------------------------------
 
     xp = torch.empty((num_tokens, st.dim), dtype=x.dtype, device=dev)
