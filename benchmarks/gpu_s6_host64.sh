@@ -11,8 +11,11 @@
 # C: benchmarks/e2e_vs_transformers.py at batch 64 only, 128 new tokens, with per-step wall
 #   times (the prefill step apart from the decode steps) and transformers in the same run.
 #
-# Prediction (CPU: the 64-row host step went ~6.4 -> ~3 ms of CPU time, of which ~0.9 ms is logits
-# math that runs on the device on CUDA; session 5 measured ~20 ms a 64-row step end to end):
+# CPU (benchmarks/host_step.py, CPU time, same loaded 2-core box, before = 33de83c): the 64-row host
+# step without the model went 4.0 -> 2.0 ms (5.6 -> 2.6 ms under heavier load), after subtracting
+# ~1 ms of logits math that is device work on CUDA; 9 -> 1 host-to-device copies and 1 host read a
+# step. Session 5 measured ~20 ms a 64-row step, end to end (prefill included in that average).
+# Prediction:
 #   A: EQUAL.
 #   B: host step ~2-3 ms (stand-in), 1 host read per step.
 #   C: decode step ~6-9 ms (host ~2.5 ms + graph replay ~3-5 ms); the prefill step of 64 x 25
