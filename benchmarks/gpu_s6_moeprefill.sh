@@ -24,7 +24,9 @@
 # memory; fp32 activations now take at most 64 rows (prefill.FP32_MAX_BLOCK_M).
 # This run checks the measured defaults (prefill.CONFIG tiers: 32 rows up to 32 pairs per expert, 64
 # up to 64, then 128 rows with 256-feature down programs) at 1024/2048/4096 tokens ("bf16 (default)"
-# column), the exact-numerics fix (GPU tests), and two more 128-row variants.
+# column), the exact-numerics fix (GPU tests), two more 128-row variants, and the prefill tile's own
+# prep kernel (16 tokens a program instead of the stream prep's one 1-warp program per token and block:
+# predicted ~25 us at 4096 tokens instead of 80; bits checked against the stream prep on the CPU).
 # Prediction: every bit check and GPU test passes; default at 4096 real ~4.8 ms (1.3x grouped), at
 # 1024 ~2.6 ms (1.8x), at 2048 (48 pairs per expert, the 64-row tier, not measured before) ~3.3 ms,
 # with m32 ~3.6 and m128 ~4.6 there; m128w8s4n256dw8ds3 (4-stage gate/up) and the 2-stage down within +-5% of m128w8s3n256.

@@ -110,6 +110,27 @@ def test_tile_depends_on_the_pair_count_and_dtypes_only():
     assert [prefill.tile_for(n * 256, 256, fp32_activations=True).block_m for n in (32, 33, 96)] == [32, 64, 64]
 
 
+@pytest.mark.parametrize("dtype,quant", [(torch.bfloat16, True), (torch.float32, True), (torch.float32, False)])
+def test_prep_is_the_stream_prep(dtype, quant):
+    """The prep kernel (16 tokens a program, 5 here: masked rows) writes the stream decode's prep
+    values bit for bit: a NaN row, zeros, values spanning 12 binades."""
+    from mxserve.kernels.moe._experts_prefill_kernel import _moe_prefill_prep_kernel
+    from mxserve.kernels.moe._experts_stream_kernel import _moe_stream_prep_kernel
+
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(5, D, generator=g) * torch.logspace(-6, 6, D, base=2.0)).to(dtype).to(DEVICE)
+    x[1, 130] = float("nan")
+    x[3, :128] = 0
+    want, got = torch.empty_like(x), torch.full_like(x, 7.0)
+    cnt = torch.empty((1,), dtype=torch.int32, device=DEVICE)
+    _moe_stream_prep_kernel[(5, D // 128)](x, want, cnt, 0, x.stride(0), want.stride(0), QUANT=quant, ZERO_PER=1,
+                                           num_warps=1)
+    _moe_prefill_prep_kernel[(1, D // 128)](x, got, 5, x.stride(0), got.stride(0), QUANT=quant, ROWS=16, num_warps=4)
+    same = (got == want) | (got.isnan() & want.isnan())
+    assert same.all(), f"first mismatch at {torch.nonzero(~same)[0].tolist()}"
+    assert got.isnan().any()
+
+
 def test_refuses_fp8_block_and_large_scale_bytes():
     x, ids, w = _routing(2)
     with pytest.raises(ValueError, match="bf16-prefill"):

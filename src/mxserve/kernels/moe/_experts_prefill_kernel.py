@@ -40,8 +40,31 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mxserve.kernels.act_quant._act_quant_kernel import clamp_e4m3, exp2_bits, pow2_scale_exponent, round_e4m3
 from mxserve.kernels.moe._experts_kernel import _block_rows, _dot_part, _swiglu_values
 from mxserve.kernels.moe._experts_stream_kernel import _even_odd, _mxfp4_quads_bf16
+
+
+@triton.jit(do_not_specialize=["num_rows"])  # run-time sizes: one compile for every value
+def _moe_prefill_prep_kernel(x_ptr, xp_ptr, num_rows, stride_x, stride_xp, QUANT: tl.constexpr, ROWS: tl.constexpr):
+    """Program (ROWS tokens, 128-block kb): xp[t, block kb] = x (QUANT: `fake_quant_fp8`'s values) in
+    even-then-odd order, in xp's dtype: `_moe_stream_prep_kernel`'s operations row for row (so its
+    values, bit for bit), ROWS tokens a program. That one runs a 1-warp program per (token, block),
+    131k programs at 4096 tokens: 80 us on the H200 (session 6 call 3), 1.7% of the prefill call."""
+    t = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    kb = tl.program_id(1)
+    j = tl.arange(0, 128)
+    rows = (t < num_rows)[:, None]
+    x = tl.load(x_ptr + t[:, None].to(tl.int64) * stride_x + (kb * 128 + j)[None, :], mask=rows, other=0)
+    x = x.to(tl.float32)
+    if QUANT:
+        amax = tl.max(tl.abs(x), axis=1)
+        has_nan = tl.max((x != x).to(tl.int32), axis=1) > 0  # the reference's NaN amax → the largest scale
+        e = tl.where(has_nan, 127, pow2_scale_exponent(amax))
+        q = round_e4m3(clamp_e4m3(x * exp2_bits(-e)[:, None]))
+        x = q * exp2_bits(e)[:, None]
+    tl.store(xp_ptr + t[:, None].to(tl.int64) * stride_xp + (kb * 128 + _even_odd(j))[None, :],
+             x.to(xp_ptr.dtype.element_ty), mask=rows)
 
 
 @triton.jit

@@ -1,8 +1,8 @@
 """Launcher of the MXFP4 prefill tile (variant "bf16-prefill", and "bf16" at prefill sizes): `prefill_experts`.
 
 Five launches: prep (x's operand values in even-then-odd order per 128-block: the stream decode's
-prep kernel), the expert sort (`align.py`), gate/up with the SwiGLU, down, and the top-k combine
-(`_moe_combine_kernel`). `_experts_prefill_kernel.py` says why the loop is shaped as it is, and
+prep, PREP_ROWS tokens a program), the expert sort (`align.py`), gate/up with the SwiGLU, down, and
+the top-k combine (`_moe_combine_kernel`). `_experts_prefill_kernel.py` says why the loop is shaped as it is, and
 why the bits are those of "bf16-split" / "bf16-stream".
 """
 
@@ -14,8 +14,11 @@ import torch
 import triton
 
 from mxserve.kernels.moe._experts_kernel import _moe_combine_kernel
-from mxserve.kernels.moe._experts_prefill_kernel import _moe_prefill_down_kernel, _moe_prefill_gate_up_kernel
-from mxserve.kernels.moe._experts_stream_kernel import _moe_stream_prep_kernel
+from mxserve.kernels.moe._experts_prefill_kernel import (
+    _moe_prefill_down_kernel,
+    _moe_prefill_gate_up_kernel,
+    _moe_prefill_prep_kernel,
+)
 from mxserve.kernels.moe.align import align_triton
 from mxserve.kernels.moe.router import interpreting
 
@@ -52,6 +55,7 @@ CONFIG = {
 # stages needs 264 KB of shared memory (the H200 refused it, session 6 call 3), so those calls take
 # at most this many rows (64 rows: 166 KB, sm_90 compile report).
 FP32_MAX_BLOCK_M = 64
+PREP_ROWS = 16  # tokens per program of the prep kernel (4 warps: 2048 elements)
 # -------------------------------------------------------------------------------------------------
 
 
@@ -106,9 +110,8 @@ def prefill_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Te
     # ------------------------------------------------------------------------------------------
 
     xp = torch.empty((num_tokens, st.dim), dtype=x.dtype, device=dev)
-    no_counters = torch.empty((1,), dtype=torch.int32, device=dev)  # num_cnt 0: never written
-    _moe_stream_prep_kernel[(num_tokens, st.dim // 128)](
-        x, xp, no_counters, 0, x.stride(0), xp.stride(0), QUANT=quantize_inputs, ZERO_PER=1, num_warps=1,
+    _moe_prefill_prep_kernel[(triton.cdiv(num_tokens, PREP_ROWS), st.dim // 128)](
+        x, xp, num_tokens, x.stride(0), xp.stride(0), QUANT=quantize_inputs, ROWS=PREP_ROWS, num_warps=4,
     )
     blocks = align_triton(expert_ids, st.num_experts, block_m)
     cap = blocks.capacity
