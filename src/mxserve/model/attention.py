@@ -6,8 +6,10 @@ compressor → indexer key cache); indexer scores + tie-broken top-k (CSA); spar
 with the sink over window ∪ compressed slots, read back through the caches' address function;
 inverse RoPE on the output; grouped wo_a; wo_b.
 
-Projections run over all tokens of the batch at once; cache writes, selection and attention run
-per sequence chunk, because each sequence has its own block tables and causal sets.
+Projections run over all tokens of the batch at once. Cache writes, compressors and attention run
+over all chunks at once too, each row with its own sequence's block tables (`chunk_batch`); the
+CSA indexer's scoring and top-k run per chunk, over that sequence's keys. With an observer (or
+MXSERVE_PER_CHUNK_ATTENTION=1) everything after the projections runs chunk by chunk instead.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 
 from mxserve.config import AttentionKind, ModelConfig
 from mxserve.kernels.linear import Weight
+from mxserve.model.chunk_batch import ChunkTables, batched_chunks_enabled, chunk_tables
 from mxserve.model.compressor import (
     CompressorAddresses,
     CompressorSite,
@@ -91,20 +94,36 @@ def attention_heads(
     """Everything before the output projection: x [T, D] → per-head outputs [T, H, d] in stream
     dtype, after the inverse RoPE (H = ctx.config.num_attention_heads, the heads `w.wq_b` holds)."""
     cfg, kernels = ctx.config, ctx.kernels
-    num_tokens, heads, head_dim = x.shape[0], cfg.num_attention_heads, cfg.head_dim
     positions = batch.positions
     q, kv, indexer_q, indexer_w = project_inputs(x, positions, w, ctx)
 
-    # Window KV of every token, one insert for the whole batch (before any chunk's attention).
-    window_write_slots = []
     for chunk in batch.chunks:
         state.ensure_capacity(chunk.seq_id, chunk.end_pos)
+    if observer is None and batch.chunks and batched_chunks_enabled():
+        tables = chunk_tables(state, batch)
+        kernels.kv_insert(kv, w.kv_norm, cfg.rms_norm_eps, positions, ctx.inv_freq, caches.window,
+                          tables.slots(Pool.WINDOW, positions))
+        out = _attend_all_chunks(batch, x, q, indexer_q, indexer_w, w, ctx, caches, tables)
+    else:
+        out = _attend_chunk_by_chunk(batch, x, q, kv, indexer_q, indexer_w, w, ctx, caches, state, observer)
+    return kernels.rope(out, positions, ctx.inv_freq, inverse=True, out_dtype=ctx.policy.stream_dtype)
+
+
+def _attend_chunk_by_chunk(
+    batch: ForwardBatch, x: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, indexer_q: torch.Tensor | None,
+    indexer_w: torch.Tensor | None, w: AttentionWeights, ctx: LayerContext, caches: LayerCaches,
+    state: ModelCacheState, observer: ForwardObserver | None,
+) -> torch.Tensor:
+    """The window KV insert of every token, then each chunk's attention on its own (observers see
+    values per sequence): fp32 [T, H, d]."""
+    cfg, positions = ctx.config, batch.positions
+    window_write_slots = []
+    for chunk in batch.chunks:
         rows = slice(chunk.token_offset, chunk.token_offset + chunk.num_tokens)
         window_write_slots.append(state.slots(Pool.WINDOW, chunk.seq_id, positions[rows]))
-    kernels.kv_insert(kv, w.kv_norm, cfg.rms_norm_eps, positions, ctx.inv_freq, caches.window,
-                      torch.cat(window_write_slots) if window_write_slots else positions.new_empty(0))
-
-    out = torch.empty(num_tokens, heads, head_dim, dtype=torch.float32, device=x.device)
+    ctx.kernels.kv_insert(kv, w.kv_norm, cfg.rms_norm_eps, positions, ctx.inv_freq, caches.window,
+                          torch.cat(window_write_slots) if window_write_slots else positions.new_empty(0))
+    out = torch.empty(x.shape[0], cfg.num_attention_heads, cfg.head_dim, dtype=torch.float32, device=x.device)
     for chunk in batch.chunks:
         rows = slice(chunk.token_offset, chunk.token_offset + chunk.num_tokens)
         out[rows] = _attend_chunk(
@@ -112,7 +131,7 @@ def attention_heads(
             None if indexer_q is None else indexer_q[rows], None if indexer_w is None else indexer_w[rows],
             w, ctx, caches, state, observer,
         )
-    return kernels.rope(out, positions, ctx.inv_freq, inverse=True, out_dtype=ctx.policy.stream_dtype)
+    return out
 
 
 def project_inputs(
@@ -171,6 +190,58 @@ def _attend_chunk(
             observer.on_attention_values(ctx.layer_id, seq, site_names[name], values)
 
     return ctx.kernels.sparse_attention(q, sources, w.sink, cfg.head_dim**-0.5, inspect=inspect)
+
+
+def _attend_all_chunks(
+    batch: ForwardBatch, x: torch.Tensor, q: torch.Tensor, indexer_q: torch.Tensor | None,
+    indexer_w: torch.Tensor | None, w: AttentionWeights, ctx: LayerContext, caches: LayerCaches, tables: ChunkTables,
+) -> torch.Tensor:
+    """`_attend_chunk` for every chunk of the batch at once (`mxserve.model.chunk_batch` says why
+    the rows get the per-chunk path's bits): one slot map, one compressor step per compressor and
+    one sparse-attention launch; the CSA indexer's scoring and top-k per chunk."""
+    cfg, positions = ctx.config, batch.positions
+    window = torch.arange(-cfg.sliding_window + 1, 1, device=positions.device)
+    sources = [(caches.window, tables.slots(Pool.WINDOW, positions[:, None] + window[None, :]))]  # [T, W]
+    if ctx.kind is not AttentionKind.SLIDING:
+        site = main_compressor_site(ctx)
+        run_compressor(x, positions, w.compressor, site, tables.compressor_addresses(positions, site), ctx,
+                       caches.state, caches.compressed)
+        ratio = site.spec.ratio
+        visible = torch.div(positions + 1, ratio, rounding_mode="floor")  # entries s < visible[t]
+        if ctx.kind is AttentionKind.CSA:
+            entry_ids = _indexer_select_all(batch, x, indexer_q, indexer_w, visible, w, ctx, caches, tables)
+        else:  # the widest chunk's candidates; each row's list is its chunk's, then −1 (folded as nothing)
+            candidates = torch.arange(max(c.end_pos // ratio for c in batch.chunks), device=positions.device)
+            entry_ids = torch.where(candidates[None, :] < visible[:, None], candidates[None, :], -1)
+        sources.append((caches.compressed, tables.slots(site.entry_pool, entry_ids)))
+    return ctx.kernels.sparse_attention(q, sources, w.sink, cfg.head_dim**-0.5)
+
+
+def _indexer_select_all(
+    batch: ForwardBatch, x: torch.Tensor, indexer_q: torch.Tensor, indexer_w: torch.Tensor, visible: torch.Tensor,
+    w: AttentionWeights, ctx: LayerContext, caches: LayerCaches, tables: ChunkTables,
+) -> torch.Tensor:
+    """`_indexer_select` of every chunk: the indexer's compressor over all rows at once, then each
+    chunk scores its own sequence's keys; the top-k lists padded with −1 to the widest → [T, k]."""
+    cfg, kernels, positions = ctx.config, ctx.kernels, batch.positions
+    site = indexer_compressor_site(cfg)
+    run_compressor(x, positions, w.indexer.compressor, site, tables.compressor_addresses(positions, site), ctx,
+                   caches.indexer_state, caches.indexer)
+    picks = []
+    for index, chunk in enumerate(batch.chunks):
+        rows = slice(chunk.token_offset, chunk.token_offset + chunk.num_tokens)
+        num_entries = chunk.end_pos // site.spec.ratio  # the largest visible count of the chunk's rows
+        if num_entries == 0:
+            picks.append(positions.new_empty(chunk.num_tokens, 0))
+            continue
+        key_slots = tables.chunk_slots(Pool.INDEXER, index, torch.arange(num_entries, device=positions.device))
+        if kernels.indexer_scores_cache is None:
+            scores = kernels.indexer_scores(indexer_q[rows], indexer_w[rows], caches.indexer.read(key_slots))
+        else:
+            scores = kernels.indexer_scores_cache(indexer_q[rows], indexer_w[rows], caches.indexer, key_slots)
+        picks.append(kernels.topk(scores, min(cfg.index_topk, num_entries), num_valid=visible[rows]))
+    width = max(p.shape[1] for p in picks)
+    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]), value=-1) for p in picks])
 
 
 def main_compressor_site(ctx: LayerContext) -> CompressorSite:
