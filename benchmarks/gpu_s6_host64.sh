@@ -14,13 +14,15 @@
 # CPU (benchmarks/host_step.py, CPU time, same loaded 2-core box, before = 33de83c): the 64-row host
 # step without the model went 4.0 -> 2.0 ms (5.6 -> 2.6 ms under heavier load), after subtracting
 # ~1 ms of logits math that is device work on CUDA; 9 -> 1 host-to-device copies and 1 host read a
-# step. Session 5 measured ~20 ms a 64-row step, end to end (prefill included in that average).
+# step.
+# Session 6 call 3 (benchmarks/batch_split.py) put the 64-row decode step at 2.83 ms end to end
+# and the 64-prompt prefill step at 1334 ms: the ~20 ms "per step" of the e2e rate was mostly the
+# prefill (since cut by the varlen attention commit a8fe98d, not measured yet).
 # Prediction:
 #   A: EQUAL.
-#   B: host step ~2-3 ms (stand-in), 1 host read per step.
-#   C: decode step ~6-9 ms (host ~2.5 ms + graph replay ~3-5 ms); the prefill step of 64 x 25
-#      tokens is a large part of the call (several hundred ms); mxserve b64 ~5000-7000 tok/s,
-#      transformers ~800-1000 tok/s: ~6-8x (target 50x: still missed).
+#   B: host step with the stand-in ~0.7-1.2 ms on the H200's host (this box ~2 ms), 1 host read a step.
+#   C: decode step ~2.0-2.5 ms (call 3: 2.83 ms); prefill step 300-1300 ms (the varlen change);
+#      mxserve b64 ~5000-12000 tok/s against transformers ~800-1000 tok/s: ~6-14x (target 50x: missed).
 source benchmarks/gpu_s5_env.sh
 ALL=${KERNELS:-linear=triton,moe=triton,attention=triton,hc=triton}
 
