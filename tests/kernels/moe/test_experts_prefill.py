@@ -46,10 +46,11 @@ def test_bit_identical_to_fused(num_tokens, mode):
     assert _check(x, ids, w, mode).shape == (num_tokens, D)
 
 
-@pytest.mark.parametrize("block_m,down_block_n", [(16, 128), (32, 256), (128, 128)])
+@pytest.mark.parametrize("block_m,down_block_n", [(16, 128), (32, 256), (128, 128), (128, 256)])
 def test_every_tile_gives_the_same_bits(config, block_m, down_block_n):
     """Row blocks of 16 / 32 / 128 (several blocks per expert, or one padded far past its rows), down
-    programs of 128 / 256 features: the same bits as the fused kernel."""
+    programs of 128 / 256 features (the interpreter runs 128 with 128 rows: its product-sum's size
+    limit): the same bits as the fused kernel."""
     _one_tile(config, block_m, down_block_n)
     x, ids, w = _routing(13, seed=6)
     _check(x, ids, w, "faithful")

@@ -100,8 +100,9 @@ def prefill_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Te
     tile = tile_for(num_pairs, st.num_experts,
                     fp32_activations=x.dtype == torch.float32 or hidden_dtype == torch.float32)
     block_m, down_block_n = tile.block_m, tile.down_block_n
-    if interpreting():
+    if interpreting():  # its fp32 product-sum holds [BLOCK_N, BLOCK_M, 64]: at most 2^20 elements there
         warps, stages, down_warps, down_stages = 4, 1, 4, 1
+        down_block_n = min(down_block_n, 128)
     else:
         warps, stages, down_warps, down_stages = (tile.num_warps, tile.num_stages, tile.down_num_warps,
                                                   tile.down_num_stages)
