@@ -28,10 +28,13 @@ MODE_INDEXER_FP8: tl.constexpr = tl.constexpr(3)
 @triton.jit
 def round_bf16(x):
     """fp32 -> the nearest BF16 value (ties to even), still as fp32. Bit arithmetic because the
-    interpreter's fp32->bf16 cast truncates (seen with triton 3.9) while GPUs round to nearest."""
+    interpreter's fp32->bf16 cast truncates (seen with triton 3.9) while GPUs round to nearest.
+    A NaN stays a NaN: the GPU's own NaN is 0x7FFFFFFF, which the carry of the rounding add would
+    turn into -0.0 (and a NaN with only low payload bits into inf), hiding a fault from every
+    finiteness check downstream (H200, session 6 call 4: the shared SwiGLU's GPU bit test)."""
     bits = x.to(tl.int32, bitcast=True)
     r = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536  # & 0xFFFF0000
-    return r.to(tl.float32, bitcast=True)
+    return tl.where(x != x, x, r.to(tl.float32, bitcast=True))
 
 
 @triton.jit

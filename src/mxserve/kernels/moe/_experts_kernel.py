@@ -48,10 +48,11 @@ def _e2m1_times_2m14(nib):
 @triton.jit
 def _round_bf16(v):
     """fp32 → the nearest bf16 value (ties to even), in fp32, by bit arithmetic: the interpreter's
-    fp32 → bf16 cast truncates, and this must match torch's `.to(torch.bfloat16)` everywhere."""
+    fp32 → bf16 cast truncates, and this must match torch's `.to(torch.bfloat16)` everywhere.
+    A NaN stays a NaN (the GPU's NaN 0x7FFFFFFF would carry into -0.0: `round_bf16` says more)."""
     bits = v.to(tl.int32, bitcast=True)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
-    return bits.to(tl.float32, bitcast=True)
+    return tl.where(v != v, v, bits.to(tl.float32, bitcast=True))
 
 
 @triton.jit
