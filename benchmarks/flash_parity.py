@@ -24,13 +24,15 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from model_parity import score_continuations
 
 from mxserve.bench.layers.build import bench_config, layer_plan, random_weights
-from mxserve.bench.layers.kernels import build_bench_model, parse_kernels_option
+from mxserve.bench.layers.kernels import EngineKernels, build_bench_model, parse_kernels_option
+from mxserve.config import AttentionKind, ModelConfig
 from mxserve.engine.cuda_graphs import DecodeGraphs, bucket_for
 from mxserve.model.decode_batch import DecodeGeometry
 from mxserve.model.deepseek_v4 import DeepseekV4Model
@@ -61,8 +63,9 @@ def triton_generate(model: DeepseekV4Model, prompts: list[list[int]], num_new: i
     return generated, how
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def model_arguments(description: str, out: str) -> argparse.ArgumentParser:
+    """The options of a random few-layer model and its prompts (shared with `numerics_drift.py`)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--config", default="flash", help="a mxserve.testing config name (flash, tiny-all, ...)")
     ap.add_argument("--layers", type=int, default=4, help="main layers to build (kinds cycle by frequency)")
     ap.add_argument("--device", default="cuda")
@@ -70,10 +73,24 @@ def main() -> None:
     ap.add_argument("--numerics", default="faithful", choices=["faithful", "exact"])
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--prompt-len", type=int, default=24)
-    ap.add_argument("--num-new", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=Path("flash_parity.json"))
-    args = ap.parse_args()
+    ap.add_argument("--out", type=Path, default=Path(out))
+    return ap
+
+
+@dataclass
+class RandomModel:
+    kinds: tuple[AttentionKind, ...]  # the built layers' kinds
+    config: ModelConfig  # the few-layer config
+    weights: dict[str, object]  # release-format random weights
+    model: DeepseekV4Model  # as the engine builds it, with the kernels of --kernels
+    engine: EngineKernels  # its kernel choices
+    prompts: list[list[int]]
+    build_s: float  # seconds to make the weights
+
+
+def random_model(args: argparse.Namespace, max_model_len: int) -> RandomModel:
+    """The weights, the engine-built model and the random prompts of `model_arguments`' options."""
     device = torch.device(args.device)
     full = get_config(args.config)
     kinds = layer_plan(full, args.layers)
@@ -81,24 +98,34 @@ def main() -> None:
     t0 = time.perf_counter()
     weights = random_weights(config, device, seed=args.seed)
     build_s = time.perf_counter() - t0
-    max_model_len = args.prompt_len + args.num_new + 1
     overrides, source = parse_kernels_option(args.kernels)
     model, engine = build_bench_model(config, weights, device=device, numerics=args.numerics, overrides=overrides,
                                       source=source, max_model_len=max_model_len)
     g = torch.Generator().manual_seed(args.seed)
     prompts = torch.randint(2, config.vocab_size, (args.prompts, args.prompt_len), generator=g).tolist()
+    return RandomModel(kinds, config, weights, model, engine, prompts, build_s)
+
+
+def main() -> None:
+    ap = model_arguments(__doc__.split("\n")[0], "flash_parity.json")
+    ap.add_argument("--num-new", type=int, default=256)
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    max_model_len = args.prompt_len + args.num_new + 1
+    built = random_model(args, max_model_len)
+    kinds, model, prompts = built.kinds, built.model, built.prompts
     t0 = time.perf_counter()
     with torch.no_grad():
         generated, how = triton_generate(model, prompts, args.num_new, device, max_model_len)
     triton_s = time.perf_counter() - t0
-    reference = DeepseekV4Model(config, weights, numerics=args.numerics)
+    reference = DeepseekV4Model(built.config, built.weights, numerics=args.numerics)
     t0 = time.perf_counter()
     with torch.no_grad():
         rows = score_continuations(reference, prompts, generated, device)
     result = {
         "config": args.config, "layers": [k.value for k in kinds], "numerics": args.numerics, "kernels": args.kernels,
-        "kernel_reasons": list(engine.reasons), "prompts": args.prompts, "prompt_len": args.prompt_len,
-        "num_new": args.num_new, "decode": how, "build_s": build_s, "triton_s": triton_s,
+        "kernel_reasons": list(built.engine.reasons), "prompts": args.prompts, "prompt_len": args.prompt_len,
+        "num_new": args.num_new, "decode": how, "build_s": built.build_s, "triton_s": triton_s,
         "reference_s": time.perf_counter() - t0, "rows": rows,
         "all_equal": all(r["tokens_equal"] for r in rows),
         "every_divergence_a_near_tie": all(r["tokens_equal"] or r["near_tie"] for r in rows),

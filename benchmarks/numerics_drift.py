@@ -20,17 +20,13 @@ is much larger at some layer, that layer holds a kernel that differs.
 
 from __future__ import annotations
 
-import argparse
 import json
-from pathlib import Path
 
 import torch
+from flash_parity import model_arguments, random_model
 
-from mxserve.bench.layers.build import bench_config, layer_plan, random_weights
-from mxserve.bench.layers.kernels import build_bench_model, parse_kernels_option
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.forward_batch import ForwardBatch
-from mxserve.testing.tiny_configs import get_config
 
 
 class LayerRecorder:
@@ -99,28 +95,11 @@ def logit_summary(logits: torch.Tensor, ref: torch.Tensor) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", default="flash")
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton,hc=triton")
-    ap.add_argument("--numerics", default="faithful", choices=["faithful", "exact"])
-    ap.add_argument("--prompts", type=int, default=4)
-    ap.add_argument("--prompt-len", type=int, default=24)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=Path("numerics_drift.json"))
-    args = ap.parse_args()
+    args = model_arguments(__doc__.split("\n")[0], "numerics_drift.json").parse_args()
     device = torch.device(args.device)
-    full = get_config(args.config)
-    kinds = layer_plan(full, args.layers)
-    config = bench_config(full, kinds)
-    weights = random_weights(config, device, seed=args.seed)
-    overrides, source = parse_kernels_option(args.kernels)
-    model, _ = build_bench_model(config, weights, device=device, numerics=args.numerics, overrides=overrides,
-                                 source=source, max_model_len=args.prompt_len + 1)
-    reference = DeepseekV4Model(config, weights, numerics=args.numerics)
-    g = torch.Generator().manual_seed(args.seed)
-    prompts = torch.randint(2, config.vocab_size, (args.prompts, args.prompt_len), generator=g).tolist()
+    built = random_model(args, max_model_len=args.prompt_len + 1)
+    kinds, model, prompts = built.kinds, built.model, built.prompts
+    reference = DeepseekV4Model(built.config, built.weights, numerics=args.numerics)
 
     ref_streams, ref_logits = prefill(reference, prompts, device)
     ker_streams, ker_logits = prefill(model, prompts, device)
