@@ -62,30 +62,36 @@ def _loop_loads(ttgir: str) -> tuple[int, int]:
     return async_copies, sync_loads
 
 
-def compile_report(name: str, stages: int, pdl: bool = False, warps: int = 4, dump: Path | None = None) -> dict:
-    """One kernel at one num_stages (stream kernels: with or without the PDL early start)."""
-    kernel, extra, types = KERNELS[name]
-    consts = {**COMMON, **extra, **({"PDL": pdl} if name.startswith("stream") else {})}
-    signature, attrs = sm90.signature(kernel, consts, types, default="i32", divisible=DIVISIBLE)
-    compiled, compile_s = sm90.compile_sm90(kernel, signature, consts, attrs, num_warps=warps, num_stages=stages)
+def kernel_report(compiled, warps: int, tag: str, dump: Path | None, key_ops: tuple[str, ...] = KEY_OPS) -> dict:
+    """Registers, spills, shared memory, programs per SM and the K loop's instructions of one compiled
+    kernel (shared with sm90_compile_prefill.py); `dump` keeps its TTGIR, PTX and SASS as `tag`.*."""
     regs, cubin = sm90.ptxas_report(compiled.asm["ptx"])
     sass = sm90.disassemble(cubin, "nvdisasm", "-c")
     if dump is not None:
         dump.mkdir(parents=True, exist_ok=True)
         for ext, text in (("ttgir", compiled.asm["ttgir"]), ("ptx", compiled.asm["ptx"]), ("sass", sass)):
-            (dump / f"{name}-s{stages}{'-pdl' if pdl else ''}.{ext}").write_text(text)
+            (dump / f"{tag}.{ext}").write_text(text)
     loop = sm90.mma_k_loop(sass)
     counts = Counter(op.split(".")[0] for op in loop)
     smem = compiled.metadata.shared
     by_regs = 65536 // (-(-regs["n_regs"] // 8) * 8 * 32 * warps)
     by_smem = (228 * 1024) // (smem + 1024)
     async_copies, sync_loads = _loop_loads(compiled.asm["ttgir"])
-    return {"kernel": name, "stages": stages, "pdl": pdl, "n_regs": regs["n_regs"],
-            "spill_bytes": regs["spill_store_bytes"] + regs["spill_load_bytes"], "smem_bytes": smem,
-            "programs_per_sm": min(by_regs, by_smem, 32), "async_copies": async_copies,
+    return {"n_regs": regs["n_regs"], "spill_bytes": regs["spill_store_bytes"] + regs["spill_load_bytes"],
+            "smem_bytes": smem, "programs_per_sm": min(by_regs, by_smem, 32), "async_copies": async_copies,
             "sync_loads_in_loop": sync_loads, "k_loop_instr": len(loop),
-            "warp_instr_per_byte": round(len(loop) * warps / 4096, 3), "compile_s": round(compile_s, 1),
-            "k_loop_ops": {op: counts[op] for op in KEY_OPS if counts[op]}}
+            "k_loop_ops": {op: counts[op] for op in key_ops if counts[op]}}
+
+
+def compile_report(name: str, stages: int, pdl: bool = False, warps: int = 4, dump: Path | None = None) -> dict:
+    """One kernel at one num_stages (stream kernels: with or without the PDL early start)."""
+    kernel, extra, types = KERNELS[name]
+    consts = {**COMMON, **extra, **({"PDL": pdl} if name.startswith("stream") else {})}
+    signature, attrs = sm90.signature(kernel, consts, types, default="i32", divisible=DIVISIBLE)
+    compiled, compile_s = sm90.compile_sm90(kernel, signature, consts, attrs, num_warps=warps, num_stages=stages)
+    report = kernel_report(compiled, warps, f"{name}-s{stages}{'-pdl' if pdl else ''}", dump)
+    return {"kernel": name, "stages": stages, "pdl": pdl, **report,
+            "warp_instr_per_byte": round(report["k_loop_instr"] * warps / 4096, 3), "compile_s": round(compile_s, 1)}
 
 
 def _ints(flag: str, default: list[int]) -> list[int]:

@@ -19,13 +19,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/kernels: the shared sm90_report
 
 import sm90_report as sm90  # before triton: it forces TRITON_INTERPRET off and a cold cache
-from sm90_compile_experts import _loop_loads
+from sm90_compile_experts import kernel_report
 
 from mxserve.kernels.moe._experts_kernel import _moe_down_kernel, _moe_gate_up_kernel
 from mxserve.kernels.moe._experts_prefill_kernel import _moe_prefill_down_kernel, _moe_prefill_gate_up_kernel
@@ -67,26 +66,11 @@ def compile_report(name: str, block_m: int, warps: int, stages: int, dump: Path 
     consts = {**consts, "BLOCK_M": block_m, **extra}
     signature, attrs = sm90.signature(kernel, consts, types, default="i32", divisible=DIVISIBLE)
     compiled, compile_s = sm90.compile_sm90(kernel, signature, consts, attrs, num_warps=warps, num_stages=stages)
-    regs, cubin = sm90.ptxas_report(compiled.asm["ptx"])
-    serialized = _wgmma_serialized(compiled.asm["ptx"])
-    sass = sm90.disassemble(cubin, "nvdisasm", "-c")
     tag = f"{name}-m{block_m}w{warps}s{stages}" + "".join(f"{k}{v}" for k, v in extra.items())
-    if dump is not None:
-        dump.mkdir(parents=True, exist_ok=True)
-        for ext, text in (("ttgir", compiled.asm["ttgir"]), ("ptx", compiled.asm["ptx"]), ("sass", sass)):
-            (dump / f"{tag}.{ext}").write_text(text)
-    loop = sm90.mma_k_loop(sass)
-    counts = Counter(op.split(".")[0] for op in loop)
-    smem = compiled.metadata.shared
-    by_regs = 65536 // (-(-regs["n_regs"] // 8) * 8 * 32 * warps)
-    by_smem = (228 * 1024) // (smem + 1024)
-    async_copies, sync_loads = _loop_loads(compiled.asm["ttgir"])
-    return {"kernel": tag, "n_regs": regs["n_regs"], "spill_bytes": regs["spill_store_bytes"] + regs["spill_load_bytes"],
-            "smem_bytes": smem, "programs_per_sm": min(by_regs, by_smem, 32), "async_copies": async_copies,
-            "sync_loads_in_loop": sync_loads, "wgmma_serialized": serialized, "k_loop_instr": len(loop),
-            "instr_per_kflop": round(len(loop) * warps / (flop_per_row * consts.get("BLOCK_N", 128) / 128 * block_m / 1000),
-                                     3),
-            "compile_s": round(compile_s, 1), "k_loop_ops": {op: counts[op] for op in KEY_OPS if counts[op]}}
+    report = kernel_report(compiled, warps, tag, dump, KEY_OPS)
+    kflop = flop_per_row * consts.get("BLOCK_N", 128) / 128 * block_m / 1000
+    return {"kernel": tag, **report, "wgmma_serialized": _wgmma_serialized(compiled.asm["ptx"]),
+            "instr_per_kflop": round(report["k_loop_instr"] * warps / kflop, 3), "compile_s": round(compile_s, 1)}
 
 
 def main() -> None:
