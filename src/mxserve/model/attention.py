@@ -221,12 +221,22 @@ def _indexer_select_all(
     batch: ForwardBatch, x: torch.Tensor, indexer_q: torch.Tensor, indexer_w: torch.Tensor, visible: torch.Tensor,
     w: AttentionWeights, ctx: LayerContext, caches: LayerCaches, tables: ChunkTables,
 ) -> torch.Tensor:
-    """`_indexer_select` of every chunk: the indexer's compressor over all rows at once, then each
-    chunk scores its own sequence's keys; the top-k lists padded with −1 to the widest → [T, k]."""
+    """`_indexer_select` of every chunk: the indexer's compressor over all rows at once, then the
+    scores and top-k → entry ids [T, k], −1 padded. With the cache-reading scores kernel, one
+    launch each over per-row key lists (row t: its sequence's first visible[t] keys, −1 after, as
+    the decode step does); else each chunk scores its own sequence's key list."""
     cfg, kernels, positions = ctx.config, ctx.kernels, batch.positions
     site = indexer_compressor_site(cfg)
     run_compressor(x, positions, w.indexer.compressor, site, tables.compressor_addresses(positions, site), ctx,
                    caches.indexer_state, caches.indexer)
+    if kernels.indexer_scores_cache is not None:
+        width = max(c.end_pos // site.spec.ratio for c in batch.chunks)  # the widest chunk's visible count
+        if width == 0:
+            return positions.new_empty(positions.shape[0], 0)
+        ids = torch.arange(width, device=positions.device)
+        key_ids = torch.where(ids[None, :] < visible[:, None], ids[None, :], -1)  # [T, width]
+        scores = kernels.indexer_scores_cache(indexer_q, indexer_w, caches.indexer, tables.slots(Pool.INDEXER, key_ids))
+        return kernels.topk(scores, min(cfg.index_topk, width), num_valid=visible)
     picks = []
     for index, chunk in enumerate(batch.chunks):
         rows = slice(chunk.token_offset, chunk.token_offset + chunk.num_tokens)
