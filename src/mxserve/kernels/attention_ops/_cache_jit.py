@@ -57,18 +57,21 @@ def ue8m0_to_fp32(b):
 
 @triton.jit
 def e4m3fn_decode(code):
-    """e4m3fn code bytes -> fp32 values (exact; the NaN codes 0x7F/0xFF are never written)."""
+    """e4m3fn code bytes -> fp32 values (exact); the NaN codes 0x7F/0xFF -> NaN (a NaN written by
+    `e4m3fn_encode` reads back as one, as torch's float8_e4m3fn view does)."""
     c = code.to(tl.int32)
     e = (c >> 3) & 0xF
     m = c & 7
     normal = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
+    normal = tl.where((c & 0x7F) == 0x7F, float("nan"), normal)
     mag = tl.where(e == 0, m.to(tl.float32) * 0.001953125, normal)  # subnormal: m * 2^-9
     return tl.where((c & 0x80) != 0, -mag, mag)
 
 
 @triton.jit
 def e4m3fn_encode(v):
-    """fp32 values in [-448, 448] -> e4m3fn codes (int32 0..255), round to nearest even."""
+    """fp32 values in [-448, 448] (or NaN) -> e4m3fn codes (int32 0..255), round to nearest even;
+    NaN -> the NaN code 0x7F with v's sign bit, as torch's cast gives."""
     bits = v.to(tl.int32, bitcast=True)
     a_bits = bits & 0x7FFFFFFF
     a = a_bits.to(tl.float32, bitcast=True)
@@ -78,7 +81,21 @@ def e4m3fn_encode(v):
     # subnormal range: m = rne(|v| * 2^9) in 0..8 (8 is the smallest normal code, also right)
     sub = ((a * 512.0 + 8388608.0) - 8388608.0).to(tl.int32)
     code = tl.where(a < 0.015625, sub, normal)
+    code = tl.where(v != v, 0x7F, code)
     return code | tl.where(bits < 0, 0x80, 0)
+
+
+@triton.jit
+def clamp_e4m3fn_range(v):
+    """v clamped to [-448, 448] with NaN kept (tl.minimum/maximum would return the bound)."""
+    return tl.where(v != v, v, tl.minimum(tl.maximum(v, -448.0), 448.0))
+
+
+@triton.jit
+def nan_aware_amax(v, axis):
+    """max |v| along `axis`, NaN where that slice holds a NaN (torch's amax; a GPU max drops NaNs)."""
+    amax = tl.max(tl.abs(v), axis=axis)
+    return tl.where(tl.max((v != v).to(tl.int32), axis=axis) > 0, float("nan"), amax)
 
 
 @triton.jit
@@ -143,10 +160,10 @@ def store_entry(buf, data_off, scale_off, x, cols, ok, MODE: tl.constexpr, HEAD_
         xb = round_bf16(x)
         g = tl.reshape(xb, (8, 64))
         grp = tl.arange(0, 8)
-        amax = tl.max(tl.abs(g), axis=1)
+        amax = nan_aware_amax(g, 1)  # a NaN group gets scale byte 254 and NaN codes, as the twin writes
         sbyte = tl.minimum(tl.maximum(pow2_ceil_exp(amax) + 127, 0), 254)
         q = tl.math.div_rn(g, ue8m0_to_fp32(sbyte)[:, None])
-        codes = e4m3fn_encode(tl.minimum(tl.maximum(q, -448.0), 448.0))
+        codes = e4m3fn_encode(clamp_e4m3fn_range(q))
         c64 = tl.arange(0, 64)
         nope_off = grp[:, None] * 64 + c64[None, :]
         full = (nope_off * 0 + oki) > 0
@@ -168,10 +185,10 @@ def store_entry(buf, data_off, scale_off, x, cols, ok, MODE: tl.constexpr, HEAD_
         tl.store(buf + data_off + 4 * cols + 2, ((bits >> 16) & 0xFF).to(tl.uint8), mask=cm)
         tl.store(buf + data_off + 4 * cols + 3, ((bits >> 24) & 0xFF).to(tl.uint8), mask=cm)
     else:
-        amax = tl.max(tl.where(cols < HEAD_DIM, tl.abs(x), 0.0), axis=0)
+        amax = nan_aware_amax(tl.where(cols < HEAD_DIM, x, 0.0), 0)
         e = pow2_ceil_exp(amax)
         scale = ((tl.minimum(tl.maximum(e, -126), 127) + 127) << 23).to(tl.float32, bitcast=True)
-        codes = e4m3fn_encode(tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -448.0), 448.0))
+        codes = e4m3fn_encode(clamp_e4m3fn_range(tl.math.div_rn(x, scale)))
         tl.store(buf + data_off + cols, codes.to(tl.uint8), mask=cm)
         sbits = scale.to(tl.int32, bitcast=True)
         four = tl.arange(0, 4)
