@@ -54,8 +54,8 @@ from mxserve.kernels.moe._experts_split_kernel import (
 )
 from mxserve.kernels.moe.align import align_triton
 from mxserve.kernels.moe.chooser import MAX_SPLIT_SCALE_BYTE
-from mxserve.kernels.moe.reference import ExpertWeights
 from mxserve.kernels.moe.prefill import prefill_experts
+from mxserve.kernels.moe.reference import ExpertWeights
 from mxserve.kernels.moe.router import check_device, interpreting
 from mxserve.kernels.moe.stream import applies as stream_applies
 from mxserve.kernels.moe.stream import stream_decode

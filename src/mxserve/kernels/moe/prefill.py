@@ -22,6 +22,7 @@ from mxserve.kernels.moe._experts_prefill_kernel import (
 from mxserve.kernels.moe.align import align_triton
 from mxserve.kernels.moe.router import interpreting
 
+
 @dataclass(frozen=True)
 class Tile:
     """One launch configuration of the prefill tile (any values give the same bits)."""
