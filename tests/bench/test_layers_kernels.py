@@ -209,7 +209,7 @@ def test_projection_adds_marginal_layers_to_the_replayed_step():
                               peak_tflops=1.0, seed=0)
     row = _row(0.010, 0.004) | {"graph_marginal_s": {"csa": 0.0015}}
     (p,) = project([row], full, opts)
-    assert p["is_marginal"] and p["timing"].startswith("CUDA-graph replay (4.00 ms for the built layers) + the marginal")
+    assert p["is_marginal"] and p["timing"].startswith("CUDA-graph replay (4.00 ms for the built layers, served step) + the marginal")
     assert p["step_s"] == pytest.approx(0.004 + 5 * 0.0015)  # the built csa is in the step; 5 more layers
     assert p["layer_ratio_max"] == pytest.approx(0.0015 / 0.001)  # floor 0.1 * eager
     assert p["ops_s"]["head and once-per-step work"] == pytest.approx(0.004 - 0.0015)
@@ -217,3 +217,28 @@ def test_projection_adds_marginal_layers_to_the_replayed_step():
     # a marginal missing for a built kind: the eager-split graph projection, said so
     (q,) = project([_row(0.010, 0.004) | {"graph_marginal_s": {}}], full, opts)
     assert not q["is_marginal"] and q["timing"].startswith("CUDA-graph replay (4.00 ms vs eager")
+
+
+def test_marginals_subtract_device_replays_when_both_steps_have_them(monkeypatch):
+    """The marginal of a layer kind is the difference of device-only replay times (host-free) when
+    the base row and the deeper step both have them, else of the served steps; the basis is named."""
+    import mxserve.bench.layers.graphs as graphs
+
+    class _Model:
+        def __init__(self) -> None:
+            self.layers = ["csa0", "hca0"]
+
+    served = {3: 0.0020, 2: 0.0014}  # the served step moves with the host ...
+    device = {3: 0.00095, 2: 0.00070}  # ... the replays do not
+    monkeypatch.setattr(graphs, "time_graph_decode", lambda model, *a, **k: {
+        "graph_median_s": served[len(model.layers)], "graph_device_median_s": device[len(model.layers)],
+        "graph_status": "replayed"})
+    args = dict(device=torch.device("cpu"), max_model_len=8, warmup=0, reps=1)
+    base = {"graph_median_s": served[2], "graph_device_median_s": device[2]}
+    out = graphs.time_graph_marginals(_Model(), None, [1], [4], ["csa", "hca"], base, **args)
+    assert out["graph_marginal_basis"] == "device replays"
+    assert out["graph_marginal_s"]["csa"] == pytest.approx(0.00025)
+    base_served_only = {"graph_median_s": served[2], "graph_device_median_s": None}
+    out = graphs.time_graph_marginals(_Model(), None, [1], [4], ["csa"], base_served_only, **args)
+    assert out["graph_marginal_basis"] == "served steps"
+    assert out["graph_marginal_s"]["csa"] == pytest.approx(0.0006)

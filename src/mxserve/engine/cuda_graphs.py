@@ -222,6 +222,26 @@ class DecodeGraphs:
         self.num_replays += 1
         return entry.logits[: len(token_ids)]
 
+    def replay_device_seconds(self, bucket: int, *, replays: int, rounds: int) -> list[float] | None:
+        """Device seconds per replay of `bucket`'s captured graph, one value per round of `replays`
+        back-to-back replays timed by CUDA events (no host batch building between them, so the host
+        cannot hide in the figure). None when the bucket has no captured graph. Replays repeat the
+        last step's inputs: the same work (a decode step rewrites the same slots)."""
+        entry = self._graphs.get(bucket)
+        if entry is None or entry.graph is None or self.device.type != "cuda":
+            return None
+        seconds = []
+        for _ in range(rounds):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(replays):
+                entry.graph.replay()
+            end.record()
+            end.synchronize()
+            seconds.append(start.elapsed_time(end) / 1e3 / replays)
+        self.num_replays += replays * rounds
+        return seconds
+
     def _probe(self, static: DecodeBatch) -> str | None:
         """One eager decode step with host syncs made errors: None, or the reason with the frame."""
         previous = torch.cuda.get_sync_debug_mode()

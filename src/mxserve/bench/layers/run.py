@@ -206,7 +206,7 @@ def _run_scenario(scenario: Scenario, opts: LayersBenchOptions, model: DeepseekV
         graph = time_graph_decode(model, state, token_ids, positions, **graph_args)
         if graph["graph_median_s"] is not None and scenario.num_seqs == 1:  # the projection's scenarios
             graph.update(time_graph_marginals(model, state, token_ids, positions, [k.value for k in kinds],
-                                              graph["graph_median_s"], **graph_args))
+                                              graph, **graph_args))
 
     plain_kernels = model.kernels
     model.set_kernels(profiler.kernels(plain_kernels))
@@ -281,8 +281,11 @@ def _project_row(row: dict[str, Any], full: ModelConfig) -> dict[str, Any]:
     use_marginal = row.get("graph_median_s") is not None and set(measured) <= set(marginal)
     scale = row["graph_median_s"] / row["eager_s"] if row.get("graph_median_s") is not None else 1.0
     if use_marginal:
-        timing = (f"CUDA-graph replay ({row['graph_median_s'] * 1e3:.2f} ms for the built layers) + the marginal "
-                  "replayed cost of one more layer of each kind for the rest: " + ", ".join(
+        device_step = row.get("graph_device_median_s")
+        timing = (f"CUDA-graph replay ({row['graph_median_s'] * 1e3:.2f} ms for the built layers, served step"
+                  + (f"; {device_step * 1e3:.2f} ms of it device replay" if device_step is not None else "")
+                  + ") + the marginal replayed cost of one more layer of each kind for the rest ("
+                  + row.get("graph_marginal_basis", "served steps") + "): " + ", ".join(
                       f"{k} {v * 1e6:.0f} us" for k, v in marginal.items()))
     elif row.get("graph_median_s") is not None:
         timing = (f"CUDA-graph replay ({row['graph_median_s'] * 1e3:.2f} ms vs eager {row['eager_s'] * 1e3:.2f} ms "
