@@ -24,6 +24,10 @@ torch twin (`moe_experts_ref`) at every token count and routing, and batch invar
     PYTHONPATH=src python benchmarks/moe.py --variants bf16 bf16-prefill --tokens 1024 4096 \
         --prefill-configs m64w8s3 m128w8s3 --parity-max-tokens 4096 --no-twin --baselines grouped \
         --skip invariance --out $OUT/moe_prefill.json                # issue 10: the prefill tile, config sweep
+Split-K configs (`--splitk-configs`, variant "bf16-stream-splitk" under each `stream_splitk.CONFIG`):
+n<block_n>s<stages>g<gate/up splits>d<down splits>[r<maxnreg>] at this layer's D and I (g2: K_SPLIT =
+D/2), e.g. n64s4g2d2r80; each is a column "splitk:<name>", checked against the twin, against "bf16"
+(the fused kernel) and "bf16-stream" (normwise errors) and for token 0 alone in the parity section.
 Stream configs (`--stream-configs`, variant "bf16-stream" under each `stream.CONFIG`): n<block_n>
 s<num_stages>[w<num_warps>][pdl], e.g. n64s4pdl; each is timed as its own column and bit-checked
 against "bf16" (the fused kernel) in the parity section. Prefill configs (`--prefill-configs`,
@@ -48,7 +52,7 @@ import torch
 from _cuda_timing import copy_bandwidth, event_time, graph_time
 
 from mxserve.formats import QuantizedWeight, WeightLayout
-from mxserve.kernels.moe import ExpertWeights, moe_experts_ref, prefill, stream
+from mxserve.kernels.moe import ExpertWeights, moe_experts_ref, prefill, stream, stream_splitk
 from mxserve.kernels.moe.experts import StackedExperts, moe_experts_triton
 from mxserve.kernels.moe.router import route_triton
 
@@ -60,7 +64,7 @@ LIMIT = 10.0
 TIMED_VARIANTS = {  # timed name: (moe_experts_triton variant, layer)
     "bf16": ("bf16-fused", "mxfp4"), "w4a8": ("w4a8", "mxfp4"), "repack": ("bf16", "fp8"),
     "bf16-split": ("bf16-split", "mxfp4"), "bf16-stream": ("bf16-stream", "mxfp4"),
-    "bf16-prefill": ("bf16-prefill", "mxfp4"),
+    "bf16-prefill": ("bf16-prefill", "mxfp4"), "bf16-stream-splitk": ("bf16-stream-splitk", "mxfp4"),
 }
 GROUPED_MM = [hasattr(torch, "_grouped_mm")]  # falls back to a per-expert loop if it fails once
 
@@ -85,14 +89,37 @@ def prefill_config(name: str) -> dict:
     return dict(prefill.CONFIG, tiers=((None, tile),))
 
 
+SPLITK_CONFIG = re.compile(r"n(\d+)s(\d+)(?:w(\d+))?g(\d+)d(\d+)(?:r(\d+))?")
+
+
+def splitk_config(name: str) -> dict:
+    """`stream_splitk.CONFIG` of a config name n<block_n>s<stages>[w<warps>]g<splits>d<splits>[r<maxnreg>]
+    (module docstring): K columns per program D / g for gate/up, I / d for down."""
+    m = SPLITK_CONFIG.fullmatch(name)
+    if m is None:
+        raise ValueError(f"split-K config {name!r} is not n<block_n>s<stages>[w<warps>]g<splits>d<splits>[r<maxnreg>]")
+    g, d = int(m.group(4)), int(m.group(5))
+    if D % (128 * g) or I % (128 * d):
+        raise ValueError(f"split-K config {name!r}: D={D} / {g} and I={I} / {d} must be multiples of 128")
+    return dict(stream_splitk.CONFIG, block_n=int(m.group(1)), num_stages=int(m.group(2)),
+                num_warps=int(m.group(3) or 4), gate_up_k_split=D // g, down_k_split=I // d,
+                maxnreg=int(m.group(6) or 0))
+
+
 @contextmanager
 def stream_configured(name: str | None):
-    """Run the body with `stream.CONFIG` (a stream config name) or `prefill.CONFIG` (a prefill config
-    name, "m...") set to config `name` (None: as they are)."""
-    module = prefill if name is not None and name.startswith("m") else stream
+    """Run the body with `stream.CONFIG` (a stream config name), `stream_splitk.CONFIG` (a split-K
+    config name, "...g<n>d<n>...") or `prefill.CONFIG` (a prefill config name, "m...") set to config
+    `name` (None: as they are)."""
+    if name is not None and name.startswith("m"):
+        module, config = prefill, prefill_config
+    elif name is not None and SPLITK_CONFIG.fullmatch(name):
+        module, config = stream_splitk, splitk_config
+    else:
+        module, config = stream, stream_config
     old = dict(module.CONFIG)
     if name is not None:
-        module.CONFIG.update(prefill_config(name) if module is prefill else stream_config(name))
+        module.CONFIG.update(config(name))
     try:
         yield
     finally:
@@ -100,14 +127,17 @@ def stream_configured(name: str | None):
         module.CONFIG.update(old)
 
 
-def timed_entries(variants: list[str], configs: list[str],
-                  prefill_configs: list[str] = ()) -> list[tuple[str, str, str, str | None]]:
-    """(column, moe_experts_triton variant, layer, config) for every variant and stream / prefill config."""
+def timed_entries(variants: list[str], configs: list[str], prefill_configs: list[str] = (),
+                  splitk_configs: list[str] = ()) -> list[tuple[str, str, str, str | None]]:
+    """(column, moe_experts_triton variant, layer, config) for every variant and stream / prefill /
+    split-K config."""
     out = []
     for name in variants:
         v, which = TIMED_VARIANTS[name]
         if name == "bf16-stream" and configs:
             out += [(f"stream:{c}", v, which, c) for c in configs]
+        elif name == "bf16-stream-splitk" and splitk_configs:
+            out += [(f"splitk:{c}", v, which, c) for c in splitk_configs]
         elif name == "bf16-prefill" and prefill_configs:
             out += [(f"prefill:{c}", v, which, c) for c in prefill_configs]
         else:
@@ -288,10 +318,11 @@ def baselines(row: dict, st: StackedExperts, case: tuple, n: int, pattern: str, 
             row["dequant_matmul_error"] = repr(exc)[:300]
 
 
-def warm(entries) -> None:
+def warm(entries, decode_tokens: list[int] | None = None) -> None:
     """Compile what a run of `entries` launches (prefill sizes, faithful numerics) on an 8-expert layer of
     the same D and I: the kernels take the expert count only as a run-time value, except the sort
-    (cheap to compile), so the run's own layer then finds them in the Triton cache."""
+    (cheap to compile), so the run's own layer then finds them in the Triton cache. `decode_tokens`:
+    instead, only the entries at these token counts as the timing calls them (the decode kernels)."""
     global E
     E_run, E = E, 8
     try:
@@ -301,6 +332,15 @@ def warm(entries) -> None:
         x = torch.randn(64, D, device=DEVICE, generator=g).bfloat16()
         w, ids = route_triton(x, gate, top_k=TOP_K, routed_scaling=1.5, bias=torch.zeros(E, device=DEVICE))
         kw = dict(limit=LIMIT, quantize_inputs=True, hidden_dtype=torch.bfloat16)
+        if decode_tokens is not None:
+            for _, v, which, cfg in entries:
+                for n in decode_tokens:
+                    if which == "mxfp4":
+                        with stream_configured(cfg):
+                            moe_experts_triton(x[:n], ids[:n], w[:n], st, variant=v, **kw)
+            if DEVICE == "cuda":
+                torch.cuda.synchronize()
+            return
         for _, v, which, cfg in entries:
             if which == "mxfp4":
                 with stream_configured(cfg):
@@ -383,6 +423,9 @@ def main() -> None:
     ap.add_argument("--variants", nargs="*", default=["bf16", "w4a8", "repack"], choices=list(TIMED_VARIANTS),
                     help="routed-part variants to time (bf16-split: issue 10's split decode, next to bf16)")
     ap.add_argument("--stream-configs", nargs="*", default=[], help="bf16-stream configs to time (docstring)")
+    ap.add_argument("--splitk-configs", nargs="*", default=[], help="bf16-stream-splitk configs to time (docstring)")
+    ap.add_argument("--warm-tokens", type=int, nargs="*", default=None,
+                    help="with --warm-only: compile the timed entries at these token counts only (decode kernels)")
     ap.add_argument("--prefill-configs", nargs="*", default=[], help="bf16-prefill configs to time (docstring)")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny layer on the CPU under TRITON_INTERPRET=1 (runs through)")
     ap.add_argument("--time-tokens", type=int, nargs="*", default=None, help="token counts to time (default: --tokens)")
@@ -400,9 +443,11 @@ def main() -> None:
     args = ap.parse_args()
     for cfg in args.stream_configs:
         stream_config(cfg)  # a bad name fails here, before any GPU work
+    for cfg in args.splitk_configs:
+        splitk_config(cfg)
     for cfg in args.prefill_configs:
         prefill_config(cfg)
-    entries = timed_entries(args.variants, args.stream_configs, args.prefill_configs)
+    entries = timed_entries(args.variants, args.stream_configs, args.prefill_configs, args.splitk_configs)
     if args.cpu_smoke:
         cpu_smoke_setup()
         args.kernel_times = []
@@ -410,7 +455,7 @@ def main() -> None:
         assert torch.cuda.is_available(), "benchmarks/moe.py needs a GPU"
     t_start = time.time()
     if args.warm_only:
-        warm(entries)
+        warm(entries, args.warm_tokens)
         print(f"warm: {[e[0] for e in entries]} compiled in {time.time() - t_start:.0f} s", flush=True)
         return
     log: list[dict] = []
@@ -464,10 +509,21 @@ def main() -> None:
                     alone = moe_experts_triton(x[:1], ids[:1], w[:1], st, limit=LIMIT, quantize_inputs=True,
                                                hidden_dtype=torch.bfloat16)
                     row["token0_alone_equal_in_batch"] = bool(torch.equal(alone[0], default[0]))
+                splitk = [e for e in checked if e[1] == "bf16-stream-splitk" and e[0] in outs]
                 for col in outs:  # the split and stream decodes and the prefill tile must give the fused variant's bits
                     if col.startswith(("bf16-split", "stream:", "bf16-stream", "prefill:", "bf16-prefill")) \
-                            and fused is not None:
+                            and fused is not None and col not in {e[0] for e in splitk}:
                         row[col + "_bit_identical_to_bf16"] = bool(torch.equal(outs[col], fused))
+                stream_col = next((c for c in outs if c.startswith("stream:") or c == "bf16-stream"), None)
+                for col, v, _, cfg in splitk:  # its own bits: normwise errors, and token 0 alone = in the batch
+                    if fused is not None:
+                        row[col + "_vs_bf16"] = rel_err(outs[col], fused)
+                    if stream_col is not None:
+                        row[col + "_vs_stream"] = rel_err(outs[col], outs[stream_col])
+                    with stream_configured(cfg):
+                        alone = moe_experts_triton(x[:1], ids[:1], w[:1], st, limit=LIMIT, quantize_inputs=True,
+                                                   hidden_dtype=torch.bfloat16, variant=v)
+                    row[col + "_token0_alone_equal"] = bool(torch.equal(alone[0], outs[col][0]))
                 if x.shape[0] <= 64 and not args.no_twin:
                     ref_x = moe_experts_ref(x.float(), ids, w, ref_experts, limit=LIMIT, quantize_inputs=False)
                     out = moe_experts_triton(x.float(), ids, w, st, limit=LIMIT, quantize_inputs=False)

@@ -27,6 +27,10 @@ import sm90_report as sm90  # before triton: it forces TRITON_INTERPRET off and 
 
 from mxserve.kernels.moe._experts_split_kernel import _moe_down_split_kernel, _moe_gate_up_split_kernel
 from mxserve.kernels.moe._experts_stream_kernel import _moe_stream_down_kernel, _moe_stream_gate_up_kernel
+from mxserve.kernels.moe._experts_stream_splitk_kernel import (
+    _moe_splitk_down_kernel,
+    _moe_splitk_gate_up_kernel,
+)
 
 TYPES = {"x_ptr": "*bf16", "xp_ptr": "*bf16", "h_ptr": "*bf16", "w1_ptr": "*u8", "w3_ptr": "*u8", "w2_ptr": "*u8",
          "w1s_ptr": "*u8", "w3s_ptr": "*u8", "w2s_ptr": "*u8", "sorted_ptr": "*i32", "block_expert_ptr": "*i32",
@@ -34,7 +38,7 @@ TYPES = {"x_ptr": "*bf16", "xp_ptr": "*bf16", "h_ptr": "*bf16", "w1_ptr": "*u8",
          "out_ptr": "*fp32", "ids_ptr": "*i64", "route_w_ptr": "*fp32", "cnt_ptr": "*i32", "limit": "fp32"}
 STREAM_SCALES = {"w1s_ptr": "*i32", "w3s_ptr": "*i32", "w2s_ptr": "*i32"}  # the int32 words
 DIVISIBLE = {"I", "D", "stride_x", "stride_we", "stride_wn", "stride_wse", "stride_wsn", "stride_gu", "stride_h",
-             "stride_y", "stride_o"}
+             "stride_y", "stride_o", "stride_gus", "stride_ys"}
 COMMON = dict(BLOCK_M=16, BLOCK_N=64, DOT=1, X_PIECES=1, USE_ASM=True)
 KERNELS = {  # name: (kernel, extra constexprs, pointer types)
     "split_gate_up": (_moe_gate_up_split_kernel, {}, TYPES),
@@ -42,6 +46,11 @@ KERNELS = {  # name: (kernel, extra constexprs, pointer types)
     "stream_gate_up": (_moe_stream_gate_up_kernel, dict(NP=16, H_BF16=True, QUANT_H=True, PDL=False, PDL_BLOCKS=4),
                        {**TYPES, **STREAM_SCALES}),
     "stream_down": (_moe_stream_down_kernel, dict(NP=16, TOP_K=6, KPAD=8, PDL=False, PDL_BLOCKS=4),
+                    {**TYPES, **STREAM_SCALES}),
+    # "bf16-stream-splitk" at its CONFIG (Flash: 2 splits each): no STS/LDSM expected in the K loop
+    "splitk_gate_up": (_moe_splitk_gate_up_kernel, dict(NP=64, H_BF16=True, QUANT_H=True, SPLITS=2, K_SPLIT=2048),
+                       {**TYPES, **STREAM_SCALES}),
+    "splitk_down": (_moe_splitk_down_kernel, dict(NP=64, TOP_K=6, KPAD=8, SPLITS=2, K_SPLIT=1024),
                     {**TYPES, **STREAM_SCALES}),
 }
 KEY_OPS = ("LDG", "LDGSTS", "LDS", "LDSM", "STS", "HGMMA", "HMUL2", "PRMT", "LOP3", "IMAD", "BAR", "DEPBAR", "SHF")
@@ -112,6 +121,7 @@ def main() -> None:
     reports = [compile_report("split_gate_up", 3, dump=dump), compile_report("split_down", 3, dump=dump)]
     reports += [compile_report(name, s, dump=dump) for name in ("stream_gate_up", "stream_down") for s in stages]
     reports += [compile_report(name, 4, pdl=True, dump=dump) for name in ("stream_gate_up", "stream_down")]
+    reports += [compile_report(name, s, dump=dump) for name in ("splitk_gate_up", "splitk_down") for s in stages]
     sm90.print_reports(reports)
 
 

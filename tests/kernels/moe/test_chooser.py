@@ -86,3 +86,8 @@ def test_stream_decode_backend():
     assert "MXFP4" in choose_moe(_spec(layout="fp8_block"), H200, forced="triton-stream").reason
     assert moe_kernel_slots("triton-stream")["moe_experts"].keywords["variant"] == "bf16-stream"
     assert choose_moe(_spec(), H200).backend == "reference"  # opt-in: never chosen unless forced
+    # the split-K stream decode: same conditions, its own variant
+    choice = choose_moe(_spec(max_scale_byte=128), H200, forced="triton-stream-splitk")
+    assert choice.backend == "triton-stream-splitk" and "stream-splitk decode" in choice.reason
+    assert "overflows" in choose_moe(_spec(max_scale_byte=129), H200, forced="triton-stream-splitk").reason
+    assert moe_kernel_slots("triton-stream-splitk")["moe_experts"].keywords["variant"] == "bf16-stream-splitk"

@@ -107,11 +107,12 @@ def test_stream_decode_all_tokens_on_the_same_experts(layer):
     assert torch.equal(got, fused), f"max |d| {(got - fused).abs().max().item():.3e}"
 
 
-def test_stream_decode_graph_replay(layer):
+@pytest.mark.parametrize("variant", ["bf16-stream", "bf16-stream-splitk"])
+def test_stream_decode_graph_replay(layer, variant):
     """Captured once, replayed on new routings: the arrival counters are zeroed inside every call
     (prep kernel), so replays 2 and 3 equal eager calls bit for bit."""
     st, _, gate = layer
-    kw = dict(limit=10.0, quantize_inputs=True, hidden_dtype=torch.bfloat16, variant="bf16-stream")
+    kw = dict(limit=10.0, quantize_inputs=True, hidden_dtype=torch.bfloat16, variant=variant)
     x = torch.randn(3, D, device="cuda").bfloat16()
     w, ids = route_ref(x, gate, top_k=K, routed_scaling=1.5, bias=torch.zeros(E, device="cuda"))
     moe_experts_triton(x, ids, w, st, **kw)  # compile outside the capture
@@ -128,3 +129,39 @@ def test_stream_decode_graph_replay(layer):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, moe_experts_triton(x, ids, w, st, **kw)), f"replay {seed} differs from eager"
+
+
+# "bf16-stream-splitk" (weights widened into the wgmma registers, K in 2 splits at these shapes): its own
+# bits, so tolerances. Against the fp64 twin those of "bf16" above (faithful 2e-3, exact 1e-4); against
+# "bf16-stream" (only the fp32 summation groups differ; faithful: a flipped bf16 / e4m3 rounding of h
+# now and then) 1e-3 faithful, 1e-5 exact. Tokens 1, 16, 85 (both id-scan widths) with real routing and
+# 16 tokens all on experts 0..5 (one 16-row block each, TOP_K x 2 arrivals per combine tile).
+SPLITK_TOL = {True: (2e-3, 1e-3), False: (1e-4, 1e-5)}  # quantize_inputs: (vs twin, vs bf16-stream)
+
+
+@pytest.mark.parametrize("num_tokens,routing", [(1, "real"), (16, "real"), (85, "real"), (16, "worst")])
+@pytest.mark.parametrize("quantize_inputs", [True, False])
+def test_stream_splitk_parity_and_invariance(layer, num_tokens, routing, quantize_inputs):
+    from mxserve.kernels.moe import stream_splitk
+
+    st, experts, gate = layer
+    assert stream_splitk.num_splits(D, stream_splitk.CONFIG["gate_up_k_split"]) > 1
+    assert stream_splitk.num_splits(I, stream_splitk.CONFIG["down_k_split"]) > 1
+    x = torch.randn(num_tokens, D, device="cuda")
+    x = x.bfloat16() if quantize_inputs else x
+    w, ids = route_ref(x, gate, top_k=K, routed_scaling=1.5, bias=torch.zeros(E, device="cuda"))
+    if routing == "worst":
+        ids = torch.arange(K, device="cuda").repeat(num_tokens, 1)
+    kw = dict(limit=10.0, quantize_inputs=quantize_inputs,
+              hidden_dtype=torch.bfloat16 if quantize_inputs else torch.float32)
+    ref = moe_experts_ref(x, ids, w, experts, **kw)
+    got = moe_experts_triton(x, ids, w, st, variant="bf16-stream-splitk", **kw)
+    stream = moe_experts_triton(x, ids, w, st, variant="bf16-stream", **kw)
+    tol_twin, tol_stream = SPLITK_TOL[quantize_inputs]
+    err_twin = ((got - ref).norm() / ref.norm()).item()
+    err_stream = ((got - stream).norm() / stream.norm()).item()
+    assert err_twin <= tol_twin, f"vs twin: normwise {err_twin:.3e} > {tol_twin}"
+    assert err_stream <= tol_stream, f"vs bf16-stream: normwise {err_stream:.3e} > {tol_stream}"
+    for t in {0, num_tokens - 1}:
+        one = moe_experts_triton(x[t:t + 1], ids[t:t + 1], w[t:t + 1], st, variant="bf16-stream-splitk", **kw)
+        assert torch.equal(one[0], got[t]), f"token {t} alone differs from token {t} in the batch"

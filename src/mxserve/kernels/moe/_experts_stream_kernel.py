@@ -99,16 +99,25 @@ def _even_odd(j):
     return (j % 2) * 64 + j // 2
 
 
+@triton.jit
+def _mma_pos(j):
+    """Position of column j of a 128-column block in the order of variant "bf16-stream-splitk": even
+    columns first, and within each half code byte i = j // 2 = 16c + 4m + 2h + p at 16m + 8h + 2c + p,
+    the K index its decoded weight has in the wgmma operand registers (`_experts_stream_splitk_kernel.py`)."""
+    i = j // 2
+    return (j % 2) * 64 + 16 * ((i // 4) % 4) + 8 * ((i // 2) % 2) + 2 * (i // 16) + i % 2
+
+
 @triton.jit(do_not_specialize=["num_cnt"])  # run-time sizes: one compile for every value
 def _moe_stream_prep_kernel(
     x_ptr, xp_ptr, cnt_ptr, num_cnt, stride_x, stride_xp,
-    QUANT: tl.constexpr, ZERO_PER: tl.constexpr, PDL: tl.constexpr = False,
+    QUANT: tl.constexpr, ZERO_PER: tl.constexpr, PDL: tl.constexpr = False, MMA_ORDER: tl.constexpr = False,
 ):
     """Program (token t, 128-block kb): xp[t, block kb] = x (QUANT: `fake_quant_fp8`'s values, the
-    same ops as `_act_quant_fp8_kernel` with one row) in even-then-odd order, in xp's dtype; and
-    zeroes its ZERO_PER of the num_cnt arrival counters. PDL: wait for the previous kernel (it may
-    write x; and only once it is done may gate/up, which reads the expert ids before its own wait,
-    start), then let gate/up launch."""
+    same ops as `_act_quant_fp8_kernel` with one row) in even-then-odd order (MMA_ORDER: `_mma_pos`'s),
+    in xp's dtype; and zeroes its ZERO_PER of the num_cnt arrival counters. PDL: wait for the previous
+    kernel (it may write x; and only once it is done may gate/up, which reads the expert ids before its
+    own wait, start), then let gate/up launch."""
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -122,7 +131,11 @@ def _moe_stream_prep_kernel(
         e = tl.where(has_nan, 127, pow2_scale_exponent(amax))
         q = round_e4m3(clamp_e4m3(x * exp2_bits(-e)[:, None]))
         x = q * exp2_bits(e)[:, None]
-    tl.store(xp_ptr + t.to(tl.int64) * stride_xp + (kb * 128 + _even_odd(j))[None, :], x.to(xp_ptr.dtype.element_ty))
+    if MMA_ORDER:
+        pos = _mma_pos(j)
+    else:
+        pos = _even_odd(j)
+    tl.store(xp_ptr + t.to(tl.int64) * stride_xp + (kb * 128 + pos)[None, :], x.to(xp_ptr.dtype.element_ty))
     z = (t * tl.num_programs(1) + kb) * ZERO_PER + tl.arange(0, ZERO_PER)
     tl.store(cnt_ptr + z, 0, mask=z < num_cnt)
 

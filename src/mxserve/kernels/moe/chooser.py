@@ -20,6 +20,9 @@ override op name is "moe" (`EngineConfig.kernel_overrides["moe"]`, or
                    pipelined) at every size up to 512 pairs (variant "bf16-stream"; same conditions).
                    "triton" itself streams up to 32 pairs, where the H200 measured it faster than
                    the split decode (session 5); above that the split decode was faster
+  triton-stream-splitk  "triton-stream" with the weights widened straight into the wgmma operand
+                   registers and K split across programs (variant "bf16-stream-splitk", `stream_splitk.py`;
+                   issue 10, opt-in): its own bits (other fp32 summation groups), the twin's tolerance
 
 Triton is off unless forced until the issue-10 gates pass (docs/benchmarks.md, MoE section).
 `moe_kernel_slots(backend)` gives the KernelSet slot callables (route, moe_experts, expert_ffn).
@@ -42,7 +45,7 @@ from mxserve.kernels.chooser import (
 from mxserve.kernels.moe.reference import ExpertWeights, expert_ffn_ref, moe_experts_ref, route_ref
 
 MOE_BACKENDS = ("reference", "triton", "triton-fused", "triton-w4a8", "triton-repack", "triton-split",
-                "triton-stream")
+                "triton-stream", "triton-stream-splitk")
 W4A8_MAX_SPREAD = 14  # binades between a 128-K block's group scales that the W4A8 rescale keeps exact
 MIN_SCALE_BYTE = 16  # below, the in-register widening leaves the bf16/fp32 normal range
 MAX_SPLIT_SCALE_BYTE = 128  # "triton-split" multiplies by the bf16 2^(b-1): finite up to here
@@ -107,7 +110,7 @@ class TritonMoE:
             if spec.max_group_spread > W4A8_MAX_SPREAD:
                 return False, f"group scales span {spec.max_group_spread} > {W4A8_MAX_SPREAD} binades (lossy)"
             return True, f"{spec.num_experts} MXFP4 experts {spec.hidden}x{spec.dim}, W4A8 on FP8 tensor cores"
-        if self.name in ("triton-split", "triton-stream"):
+        if self.name in ("triton-split", "triton-stream", "triton-stream-splitk"):
             kind = self.name.removeprefix("triton-")
             if spec.layout != "mxfp4":
                 return False, f"{kind} decode reads MXFP4 experts, these are {spec.layout}"
@@ -122,7 +125,8 @@ class TritonMoE:
 
 
 def moe_candidates(forced: str | None) -> list:
-    names = ("triton-w4a8", "triton", "triton-fused", "triton-repack", "triton-split", "triton-stream")
+    names = ("triton-w4a8", "triton", "triton-fused", "triton-repack", "triton-split", "triton-stream",
+             "triton-stream-splitk")
     return [TritonMoE(name, forced == name) for name in names] + [ReferenceCandidate()]
 
 
@@ -151,7 +155,8 @@ def moe_kernel_slots(backend: str, *, shared_backend: str = "reference") -> dict
         from mxserve.kernels.moe.router import route_triton
 
         variant = {"triton-w4a8": "w4a8", "triton-split": "bf16-split", "triton-fused": "bf16-fused",
-                   "triton-stream": "bf16-stream"}.get(backend, "bf16")
+                   "triton-stream": "bf16-stream", "triton-stream-splitk": "bf16-stream-splitk"}.get(
+            backend, "bf16")
         experts_fn = partial(moe_experts_triton, variant=variant, repack_fp8=backend == "triton-repack")
         slots = {"route": route_triton, "moe_experts": experts_fn}
     if shared_backend == "triton":

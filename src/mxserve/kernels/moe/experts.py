@@ -27,6 +27,11 @@ Variants ("how the multiply runs"; all compute the same math, tolerances in test
           decode's sizes) on experts the split decode applies to; others keep the fused tile. On the
           H200 (session 6 call 3, Flash MoE, real routing) 4096 tokens took 4.77-4.85 ms against the
           fused tile's 64.9 and the bf16 grouped matmul's 6.34; 1024 tokens 2.58 against 4.78.
+  "bf16-stream-splitk"  opt-in (issue 10): the stream decode with the weights widened straight into
+          the wgmma operand registers and K split across programs (`stream_splitk.py`); the fp32 sums
+          group K differently, so its bits are its own (tolerance, not equality, against the others),
+          batch invariant up to STREAM_MAX_PAIRS pairs; larger calls (and tile="prefill") take the path
+          "bf16-stream" takes there, whose bits are "bf16-fused"'s, not this variant's.
   "bf16-fused"  "bf16" with the split decode and the prefill tile off (the fused gate/up+SwiGLU
           kernel at every size): the off switch, and the baseline the benchmark times them against.
 Tile shapes depend on the number of pairs (decode: 16-row blocks; fused prefill: 64; the prefill
@@ -59,8 +64,9 @@ from mxserve.kernels.moe.reference import ExpertWeights
 from mxserve.kernels.moe.router import check_device, interpreting
 from mxserve.kernels.moe.stream import applies as stream_applies
 from mxserve.kernels.moe.stream import stream_decode
+from mxserve.kernels.moe.stream_splitk import splitk_decode
 
-VARIANTS = ("bf16", "bf16-fused", "w4a8", "bf16-split", "bf16-stream", "bf16-prefill")
+VARIANTS = ("bf16", "bf16-fused", "w4a8", "bf16-split", "bf16-stream", "bf16-prefill", "bf16-stream-splitk")
 DECODE_MAX_PAIRS = 256  # up to this many (token, slot) pairs a launch uses 16-row blocks
 TILES = {  # (BLOCK_M, num_warps, num_stages); BLOCK_N is 128 (one FP8 activation block of h)
     "decode": (16, 4, 3),
@@ -226,13 +232,16 @@ def moe_experts_triton(
     if num_tokens == 0:
         return torch.zeros((0, st.dim), dtype=torch.float32, device=x.device)
     num_pairs = num_tokens * top_k
-    cheap_decode = ("bf16-split", "bf16-stream", "bf16-prefill")  # the variants of the bf16 2^(b-1) decode
+    cheap_decode = ("bf16-split", "bf16-stream", "bf16-prefill", "bf16-stream-splitk")  # the bf16 2^(b-1) decode
     split = variant in cheap_decode or (variant == "bf16" and st.takes_split_decode)
     if variant in cheap_decode and st.fmt != "mxfp4":
         raise ValueError(f"moe_experts: variant {variant!r} reads MXFP4 experts, these are {st.fmt}")
     if variant in cheap_decode and not st.takes_split_decode:
         raise ValueError(f"moe_experts: variant {variant!r} needs scale bytes <= {MAX_SPLIT_SCALE_BYTE}, these reach "
                          f"{st.max_scale_byte()} > {MAX_SPLIT_SCALE_BYTE} (its bf16 factor would overflow)")
+    if variant == "bf16-stream-splitk" and tile != "prefill" and stream_applies(num_pairs):
+        return splitk_decode(x, expert_ids, weights, st, limit=limit, quantize_inputs=quantize_inputs,
+                             hidden_dtype=hidden_dtype)
     stream = variant == "bf16-stream" or (variant == "bf16" and split and num_pairs <= STREAM_DEFAULT_MAX_PAIRS)
     if stream and tile != "prefill" and stream_applies(num_pairs):
         return stream_decode(x, expert_ids, weights, st, limit=limit, quantize_inputs=quantize_inputs,

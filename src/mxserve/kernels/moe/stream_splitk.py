@@ -1,0 +1,119 @@
+"""Launcher of variant "bf16-stream-splitk": `splitk_decode`, the stream decode (`stream.py`) with the
+widened weights decoded straight into the wgmma operand registers and K split across programs
+(`_experts_stream_splitk_kernel.py` says why, and why the sums differ from "bf16-stream" in the last
+bits). Three launches as "bf16-stream": prep (x in the MMA K order, counters zeroed), gate/up (SwiGLU
+by the last program of each 128-channel block, after summing the splits in order), down (top-k
+combine by the last program of each (token, tile), after summing each row's splits in order).
+
+Opt-in (issue 10) until the H200 shows it faster: variant "bf16-stream-splitk" of `moe_experts_triton`,
+backend "triton-stream-splitk" of the chooser (`MXSERVE_KERNEL_OVERRIDES=moe=triton-stream-splitk`).
+Tolerances (tests/kernels/moe/test_experts_stream_splitk.py, test_gpu.py): the fp64 twin's, as every
+bf16 variant; against "bf16-stream" only fp32 summation order differs.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from mxserve.kernels.moe._experts_stream_kernel import _moe_stream_prep_kernel
+from mxserve.kernels.moe._experts_stream_splitk_kernel import (
+    _moe_splitk_down_kernel,
+    _moe_splitk_gate_up_kernel,
+)
+from mxserve.kernels.moe.router import interpreting
+from mxserve.kernels.moe.stream import BLOCK_M, STREAM_MAX_PAIRS, applies
+
+# --- launch parameters (H200; benchmarks/moe.py --splitk-configs sweeps them) ----------------------
+# gate_up_k_split / down_k_split: K columns per program (multiples of 128). The number of splits is
+# cdiv(K, k_split): a function of the layer's shapes only (batch invariance). Flash (D 4096, I 2048):
+# 2 splits each, so one token runs 768 gate/up and 768 down programs (~6 per SM, which maxnreg 80
+# asks for 6). block_n 64: one wgmma warpgroup tile (128: two, half the programs). maxnreg: the
+# register cap (0: none). Uncapped, ptxas gives the kernels 107-110 registers for their epilogues
+# (Triton 3.6, sm_90), which allows 4 programs per SM; at 80 the K loop still has no spill (the
+# epilogue spills ~200 bytes) and 6 fit (shared memory: 29 KB a program at 4 stages).
+CONFIG = {"block_n": 64, "num_warps": 4, "num_stages": 4, "gate_up_k_split": 2048, "down_k_split": 1024,
+          "maxnreg": 80}
+# -------------------------------------------------------------------------------------------------
+
+
+def num_splits(k: int, k_split: int) -> int:
+    """Programs per output tile over K columns: a function of the shapes and the configuration only."""
+    if k_split <= 0 or k_split % 128:
+        raise ValueError(f"stream_splitk: k_split must be a positive multiple of 128, got {k_split}")
+    return triton.cdiv(k, k_split)
+
+
+def splitk_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, st, *, limit: float,
+                  quantize_inputs: bool, hidden_dtype: torch.dtype) -> torch.Tensor:
+    """Σ_k weight_k · expert_{id_k}(x) → fp32 [T, D] (see the module docstring for the numerics).
+    `st`: MXFP4 `StackedExperts` (scale bytes <= 128, checked by the caller); x [T, D] fp32/bf16;
+    expert_ids / weights [T, k] with T·k <= STREAM_MAX_PAIRS."""
+    num_tokens, top_k = expert_ids.shape
+    num_pairs = num_tokens * top_k
+    if not applies(num_pairs):
+        raise ValueError(f"splitk_decode: {num_pairs=} must be in 1..{STREAM_MAX_PAIRS}")
+    if st.fmt != "mxfp4" or st.hidden % 128 or st.dim % 128:
+        raise ValueError(f"splitk_decode: needs MXFP4 experts with I, D multiples of 128, got {st.fmt} "
+                         f"I={st.hidden} D={st.dim}")
+    words = st.scale_words  # the scales as int32 [E, N, K/128]
+    for name, w in (("w1", st.w1), ("w3", st.w3), ("w2", st.w2)):
+        if w.stride(-1) != 1:
+            raise ValueError(f"splitk_decode: {name} codes must be contiguous in K, got {w.stride()=}")
+    if st.w1.stride() != st.w3.stride() or st.w1_scales.stride() != st.w3_scales.stride():
+        raise ValueError(f"splitk_decode: w1 and w3 must share strides, got {st.w1.stride()} / {st.w3.stride()}")
+    dev = x.device
+    x = x.contiguous()
+    ids = expert_ids.contiguous()
+    route_w = weights.reshape(-1).float().contiguous()
+
+    # --- launch parameters -----------------------------------------------------------------------
+    dot = 0 if interpreting() else 1
+    use_asm = not interpreting()
+    num_pad = 64 if num_pairs <= 64 else triton.next_power_of_2(STREAM_MAX_PAIRS)  # id-scan lanes: 2 compiles
+    x_pieces = 2 if (x.dtype == torch.float32 and not quantize_inputs) else 1
+    h_pieces = 2 if (hidden_dtype == torch.float32 and not quantize_inputs) else 1
+    block_n = CONFIG["block_n"]
+    if block_n not in (64, 128):
+        raise ValueError(f"splitk_decode: CONFIG block_n must be 64 or 128, got {block_n}")
+    if interpreting():
+        launch = dict(num_warps=4, num_stages=1)
+    else:
+        launch = dict(num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],
+                      **({"maxnreg": CONFIG["maxnreg"]} if CONFIG["maxnreg"] else {}))
+    gu_split, down_split = CONFIG["gate_up_k_split"], CONFIG["down_k_split"]
+    gu_splits, down_splits = num_splits(st.dim, gu_split), num_splits(st.hidden, down_split)
+    num_gu_cnt = num_pairs * (st.hidden // 128)
+    num_cnt = num_gu_cnt + num_tokens * (st.dim // block_n)
+    prep_programs = num_tokens * (st.dim // 128)
+    zero_per = triton.next_power_of_2(triton.cdiv(num_cnt, prep_programs))
+    # ------------------------------------------------------------------------------------------
+
+    xp = torch.empty((num_tokens, st.dim), dtype=x.dtype, device=dev)
+    cnt = torch.empty((num_cnt,), dtype=torch.int32, device=dev)
+    _moe_stream_prep_kernel[(num_tokens, st.dim // 128)](
+        x, xp, cnt, num_cnt, x.stride(0), xp.stride(0), QUANT=quantize_inputs, ZERO_PER=zero_per, num_warps=1,
+        MMA_ORDER=True,
+    )
+    gu = torch.empty((gu_splits, num_pairs, 2, st.hidden), dtype=torch.float32, device=dev)  # valid rows only
+    h = torch.empty((num_pairs, st.hidden), dtype=hidden_dtype, device=dev)
+    _moe_splitk_gate_up_kernel[(st.hidden // block_n, num_pairs, 2 * gu_splits)](
+        xp, st.w1, words[0], st.w3, words[1], ids, route_w, gu, h, cnt,
+        st.hidden, st.dim, num_pairs, top_k, float(limit),
+        xp.stride(0), st.w1.stride(0), st.w1.stride(1), words[0].stride(0), words[0].stride(1), gu.stride(0),
+        gu.stride(1), h.stride(0),
+        SPLITS=gu_splits, K_SPLIT=gu_split, BLOCK_M=BLOCK_M, BLOCK_N=block_n, NP=num_pad, DOT=dot,
+        X_PIECES=x_pieces, USE_ASM=use_asm, H_BF16=hidden_dtype == torch.bfloat16, QUANT_H=quantize_inputs,
+        **launch,
+    )
+    y = torch.empty((down_splits, num_pairs, st.dim), dtype=torch.float32, device=dev)
+    out = torch.empty((num_tokens, st.dim), dtype=torch.float32, device=dev)
+    _moe_splitk_down_kernel[(st.dim // block_n, num_pairs, down_splits)](
+        h, st.w2, words[2], ids, y, out, cnt[num_gu_cnt:],
+        st.hidden, st.dim, num_pairs,
+        h.stride(0), st.w2.stride(0), st.w2.stride(1), words[2].stride(0), words[2].stride(1), y.stride(0),
+        y.stride(1), out.stride(0),
+        TOP_K=top_k, KPAD=triton.next_power_of_2(top_k), SPLITS=down_splits, K_SPLIT=down_split, BLOCK_M=BLOCK_M,
+        BLOCK_N=block_n, NP=num_pad, DOT=dot, X_PIECES=h_pieces, USE_ASM=use_asm, **launch,
+    )
+    return out
