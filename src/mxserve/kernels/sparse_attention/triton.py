@@ -8,12 +8,26 @@ it, and the kernel's output is returned.
 
 Split-K (flash-decoding): a partial kernel per chunk of BLOCK_K keys, then a combine kernel
 that folds the chunks in order (`_sparse_attention_kernel` says how the fold is fixed by the
-list lengths alone). Launch parameters, grids and the workspace come from shapes only, never
-from data (no host sync: CUDA-graph capturable).
+list lengths alone). Launch parameters, grids and the workspace come from shapes and the batch
+size only, never from data (no host sync: CUDA-graph capturable).
+
+Two partial kernels (`LaunchParams.kernel`):
+- "pieces" (`_sparse_attention_kernel`, sessions 4-6): a chunk as 8 entry pieces of 64 channels,
+  any KV encoding, any head count;
+- "halves" (`_fold_kernel`, session 7): fp8_ds_mla entries as two 256-channel halves for q . k,
+  the query loaded once per program, and a *fold* mode for large batches (one program per token
+  and channel block folds every chunk in registers and writes the output: no workspace, one
+  launch). Its split and fold modes give the same bits (same chunk partials, the combine's merge),
+  so choosing the mode by the number of tokens keeps every row batch-invariant. It is another fold
+  order than "pieces" (a different reduction layout for the probabilities' sum), within the same
+  tolerance. The default for fp8_ds_mla with more than 32 heads on a GPU; the interpreter keeps
+  "pieces" unless told (its cost is per operation, and the suite's time is spent). Off switch:
+  MXSERVE_SPARSE_ATTENTION_PIECES=1 (every launch takes "pieces").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,11 +36,14 @@ import torch
 import triton
 
 from mxserve.kernels.attention_ops.cache_args import EntryMode, cache_args
+from mxserve.kernels.sparse_attention._fold_kernel import _sparse_attention_fold_kernel
 from mxserve.kernels.sparse_attention._sparse_attention_kernel import (
     _sparse_attention_combine_kernel,
     _sparse_attention_kernel,
 )
 from mxserve.kernels.sparse_attention.reference import sparse_attention_ref
+
+PIECES_ENV = "MXSERVE_SPARSE_ATTENTION_PIECES"  # "1": the "pieces" kernels everywhere (the off switch)
 
 
 def interpreting() -> bool:
@@ -90,8 +107,30 @@ class LaunchParams:
     dot: int  # DOT mode of the kernels (0 interpreter, 1 bf16 tensor cores, 2 fp32 ieee)
     block_h: int  # heads per program
     block_k: int  # keys per chunk
-    piece: int  # channels per entry piece (64: one fp8_ds_mla NoPE group; else load_entries)
+    piece: int  # channels per entry piece (64: one fp8_ds_mla NoPE group; else load_entries); "pieces" only
     num_warps: int
+    kernel: str = "pieces"  # "pieces" (_sparse_attention_kernel) or "halves" (_fold_kernel, fp8_ds_mla only)
+    split_ch_blocks: int = 2  # "halves", split mode: programs per (token, head block, chunk), 1, 2 or 4
+    fold_ch_blocks: int = 4  # "halves", fold mode: programs per (token, head block), 2 or 4
+    fold_min_tokens: int = 32  # "halves": fold mode from this many tokens on (the same bits either way)
+    fold_stages: int = 1  # "halves", fold mode: software-pipeline stages of the chunk loop
+
+
+# "halves" on a GPU (session 7; gpu_s7_attn.sh times it against "pieces"), from sm_90 compiles with
+# Triton 3.9 (tests/kernels/sparse_attention/sm90_compile.py): 32-key chunks, so that q (64 KB of
+# bf16 in shared memory), the chunk's two halves (32 KB) and the p . v pieces fit twice in an SM
+# (split, 2 channel blocks: 112 KB, 241 registers; fold, 4 blocks: 104 KB, 255 registers, no spills;
+# with 64-key chunks one program per SM, and the fold with 2 blocks spills ~800 bytes a thread).
+# Split mode, 2 channel blocks: 40 programs for a batch-1 CSA layer (20 chunks), each with half
+# the p . v. Fold mode from 32 tokens: the split's workspace (128 KB per chunk and token) would be
+# 168 MB for 64 CSA rows; the fold holds a [64, 128] fp32 state per program instead.
+HALVES_GPU = dict(kernel="halves", block_k=32, split_ch_blocks=2, fold_ch_blocks=4, fold_min_tokens=32,
+                  fold_stages=1)
+
+
+def halves_eligible(mode: EntryMode, head_dim: int) -> bool:
+    """The "halves" kernel reads fp8_ds_mla entries (head_dim 512) only."""
+    return mode is EntryMode.DS_MLA and head_dim == 512
 
 
 def launch_params(mode: EntryMode, num_heads: int, head_dim: int) -> LaunchParams:
@@ -110,7 +149,19 @@ def launch_params(mode: EntryMode, num_heads: int, head_dim: int) -> LaunchParam
         # H200; 32-key chunks on 8 warps: 157 registers, no spills, 17.9-19.1 us (session 5 sweep,
         # benchmarks/attention_sweep.py). The chunking is a function of the head count only.
         return LaunchParams(dot=1, block_h=block_h, block_k=32, piece=64, num_warps=8)
+    if halves_eligible(mode, head_dim) and os.environ.get(PIECES_ENV, "0") != "1":
+        return LaunchParams(dot=1, block_h=64, piece=64, num_warps=4, **HALVES_GPU)
     return LaunchParams(dot=1, block_h=block_h, block_k=64, piece=64, num_warps=4)
+
+
+def halves_params(lp: LaunchParams, **changes) -> LaunchParams:
+    """`lp` (from `launch_params`) switched to the "halves" kernel with `changes` (tests and
+    benchmarks): the interpreter keeps its block sizes; a GPU takes the Flash configuration (64-head
+    blocks on one warpgroup, `HALVES_GPU`) whatever the head count."""
+    if lp.dot == 0:
+        return dataclasses.replace(lp, kernel="halves", **changes)
+    return dataclasses.replace(lp, **{"dot": 1, "block_h": max(64, lp.block_h), "piece": 64, "num_warps": 4,
+                                      **HALVES_GPU, **changes})
 
 
 def _launch(q, srcs, sink, scale, out, lp: LaunchParams | None) -> None:
@@ -118,6 +169,12 @@ def _launch(q, srcs, sink, scale, out, lp: LaunchParams | None) -> None:
     (a0, s0), (a1, s1) = srcs[0], srcs[-1]
     k0, k1 = s0.shape[1], (s1.shape[1] if len(srcs) == 2 else 0)
     lp = lp or launch_params(a0.mode, num_heads, head_dim)
+    if lp.kernel == "halves":
+        if not halves_eligible(a0.mode, head_dim):
+            raise ValueError(f"sparse_attention: the halves kernel reads fp8_ds_mla entries of 512, got {a0.mode.name} "
+                             f"{head_dim}")
+        _launch_halves(q, srcs, sink, scale, out, lp, k0, k1)
+        return
     cb_h, cb_d = (lp.block_h, triton.next_power_of_2(head_dim)) if interpreting() else (COMBINE_BLOCK_H,
                                                                                          COMBINE_BLOCK_D)
     chunks0 = triton.cdiv(k0, lp.block_k)
@@ -147,3 +204,46 @@ def _launch(q, srcs, sink, scale, out, lp: LaunchParams | None) -> None:
             HEAD_DIM=head_dim, BLOCK_H=cb_h, BLOCK_D=cb_d, NUM_STAGES=COMBINE_NUM_STAGES,
             num_warps=COMBINE_NUM_WARPS,
         )
+
+
+def _launch_halves(q, srcs, sink, scale, out, lp: LaunchParams, k0: int, k1: int) -> None:
+    """The "halves" kernel: fold mode (no workspace) from `lp.fold_min_tokens` tokens, else split mode
+    and the combine kernel. Both give the same bits (`_fold_kernel`)."""
+    num_tokens, num_heads, head_dim = q.shape
+    (a0, s0), (a1, s1) = srcs[0], srcs[-1]
+    chunks0 = triton.cdiv(k0, lp.block_k)
+    num_chunks = chunks0 + triton.cdiv(k1, lp.block_k)
+    aligned = all(a.stride % 16 == 0 and a.data_bytes % 16 == 0 and a.buffer.data_ptr() % 16 == 0 for a, _ in srcs)
+    head_blocks = triton.cdiv(num_heads, lp.block_h)
+    fold = num_tokens >= lp.fold_min_tokens
+    ch_blocks = lp.fold_ch_blocks if fold else lp.split_ch_blocks
+    if (ch_blocks not in (2, 4)) if fold else (ch_blocks not in (1, 2, 4)):
+        raise ValueError(f"sparse_attention: {ch_blocks} channel blocks in {'fold' if fold else 'split'} mode")
+    cb_h, cb_d = (lp.block_h, 512) if interpreting() else (COMBINE_BLOCK_H, COMBINE_BLOCK_D)
+    common = dict(DATA_BYTES=a0.data_bytes, SCALE_BYTES=a0.scale_bytes, BLOCK_H=lp.block_h, BLOCK_K=lp.block_k,
+                  CH_BLOCKS=ch_blocks, FOLD=fold, STAGES=lp.fold_stages if fold else 1, DOT=lp.dot,
+                  Q_PIECES=2 if q.dtype == torch.float32 else 1, ALIGNED=aligned, NATIVE_FP8=not interpreting(),
+                  num_warps=lp.num_warps)
+    step = num_tokens if fold else max(1, WORKSPACE_MAX_BYTES // max(1, num_chunks * num_heads * (head_dim + 2) * 4))
+    for t0 in range(0, num_tokens, step):
+        t1 = min(num_tokens, t0 + step)
+        qs, outs = q[t0:t1], out[t0:t1]
+        if fold:
+            part_acc = part_ml = outs  # unused in fold mode
+        else:
+            part_acc = torch.empty((t1 - t0, num_chunks, num_heads, head_dim), dtype=torch.float32, device=q.device)
+            part_ml = torch.empty((t1 - t0, num_chunks, 2, num_heads), dtype=torch.float32, device=q.device)
+        if num_chunks or fold:
+            _sparse_attention_fold_kernel[(t1 - t0, head_blocks * ch_blocks, 1 if fold else num_chunks)](
+                qs, part_acc, part_ml, sink, outs,
+                a0.buffer, s0[t0:t1], k0, s0.stride(0), a0.block_size, a0.stride,
+                a1.buffer, s1[t0:t1], k1, s1.stride(0), a1.block_size, a1.stride,
+                chunks0, num_chunks, num_heads, scale, qs.stride(0), qs.stride(1), outs.stride(0), outs.stride(1),
+                **common,
+            )
+        if not fold:
+            _sparse_attention_combine_kernel[(t1 - t0, triton.cdiv(num_heads, cb_h), triton.cdiv(head_dim, cb_d))](
+                part_acc, part_ml, sink, outs, num_chunks, num_heads, outs.stride(0), outs.stride(1),
+                HEAD_DIM=head_dim, BLOCK_H=cb_h, BLOCK_D=cb_d, NUM_STAGES=COMBINE_NUM_STAGES,
+                num_warps=COMBINE_NUM_WARPS,
+            )
