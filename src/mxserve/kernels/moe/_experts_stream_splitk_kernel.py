@@ -35,7 +35,10 @@ shared memory a program at 4 stages (4 programs per SM), and at one token only 3
 
 Batch invariance: a row's sums depend on K, K_SPLIT and the tile only, never on the other rows or
 the number of pairs. Up to `STREAM_MAX_PAIRS` pairs; larger calls go to the split decode, whose sums
-group K differently (`experts.py`).
+group K differently (`experts.py`). So this variant may become a default only at every size at once:
+the prefill tile would take the same K order (x and h in `_mma_pos` order, the `_to_mma` relabel, its
+accumulator restarted at every K_SPLIT boundary and the partials added in split order), which gives
+these bits for any row count; a default "for <= N pairs" would make a row's bits depend on the batch.
 """
 
 from __future__ import annotations
