@@ -23,7 +23,8 @@
 #
 # PREDICTION (written before any GPU run of this code). bf16-stream: 61 / 211 / 713 us at 1 / 4 / 16 tokens
 # real (session 5). splitk g2d2r80 (the default): 1 token ~36 us (30-48; gate/up ~21, down ~12, prep ~1.5),
-# ~45% of copy; 4 tokens ~120 us; 16 tokens ~400 us; 16 worst ~40 us. g1d1r80 ~46 us at 1 token (3 programs
+# 2.2 TB/s = ~53% of copy on the 80 MB hit; 4 tokens ~125 us (~2.5 TB/s); 16 tokens ~420 us (~2.6 TB/s);
+# 16 worst (6 experts, 16 rows each) ~40 us. g1d1r80 ~46 us at 1 token (3 programs
 # per SM only), within 10% of g2d2r80 at 4-16 tokens; g4d2r72 within 10% of g2d2r80; g2d2 (4 per SM) ~15%
 # slower than g2d2r80 at 1 token. Why: n128 (192 programs) ran 1.74x slower than n64 (384) in session 5, so
 # at 1 token the rate scales with programs per SM; 64 tokens (4 per SM) reached 1.7 TB/s in gate/up with
@@ -36,21 +37,21 @@ CFGS="n64s4g2d2r80 n64s4g1d1r80 n64s4g4d2r72 n64s4g2d2"
 
 stamp "A: compile (one process per config) + GPU tests of bf16-stream-splitk"
 for c in $CFGS; do
-    timeout -s INT 45 python3 benchmarks/moe.py --warm-only --warm-tokens 1 16 --variants bf16-stream-splitk \
+    timeout -s INT 42 python3 benchmarks/moe.py --warm-only --warm-tokens 1 16 --variants bf16-stream-splitk \
         --splitk-configs "$c" > "$R/warm_$c.log" 2>&1 &
 done
-timeout -s INT 45 python3 benchmarks/moe.py --warm-only --warm-tokens 1 16 --variants bf16 bf16-stream \
+timeout -s INT 42 python3 benchmarks/moe.py --warm-only --warm-tokens 1 16 --variants bf16 bf16-stream \
     --stream-configs n64s4 > "$R/warm_stream.log" 2>&1 &
-timeout -s INT 48 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/kernels/moe/test_gpu.py -k splitk \
+timeout -s INT 44 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests/kernels/moe/test_gpu.py -k splitk \
     > "$R/gpu_tests.log" 2>&1 &
 wait
 for f in "$R"/warm_*.log; do echo "$(basename "$f"): $(tail -n 1 "$f" | cut -c1-110)"; done
 grep -E "^(FAILED|ERROR)|passed|failed" "$R/gpu_tests.log" | tail -n 6 | cut -c1-200
 
 stamp "B: parity, then timing at 1, 4, 16 tokens"
-timeout -s INT 36 python3 benchmarks/moe.py --tokens 1 4 16 --variants bf16-stream bf16-stream-splitk \
+timeout -s INT 40 python3 benchmarks/moe.py --tokens 1 4 16 --variants bf16-stream bf16-stream-splitk \
     --stream-configs n64s4 --splitk-configs $CFGS --no-twin --baselines none --skip invariance extras exact \
-    --kernel-times 1 --deadline 30 --out "$R/moe_splitk.json" > "$R/bench.log" 2>&1
+    --kernel-times 1 --deadline 26 --out "$R/moe_splitk.json" > "$R/bench.log" 2>&1
 echo "benchmark exit $?"; grep -E "Traceback|Error" "$R/bench.log" | head -n 4 | cut -c1-200
 stamp "done"
 
