@@ -1,9 +1,11 @@
 """Launchers of the tie-broken top-k Triton kernels: same contract and same indices as
 `topk_tiebroken_ref` (score desc, then index asc; masked candidates never chosen; -1 padding).
 
-`topk_tiebroken_triton` is the entry the attention chooser uses. It launches the radix-select
-kernel (`_topk_select_kernel.py`) for rows of up to 16384 candidates, and the one-program legacy
-kernel (`_topk_kernel.py`) for longer rows or when MXSERVE_TOPK_LEGACY=1 (the off switch).
+`topk_tiebroken_triton` is the entry the attention chooser uses. For rows of up to 16384
+candidates it launches the kernel MXSERVE_TOPK_KERNEL names: `rank` (`_topk_rank_kernel.py`,
+session 7: sampled bounds, rank counting over many programs per row), `select` (the session-5
+radix-select kernel, `_topk_select_kernel.py`) or `legacy`; longer rows, and
+MXSERVE_TOPK_LEGACY=1, take the one-program legacy kernel (`_topk_kernel.py`).
 
 Limits (ValueError, never a silent fallback): rows of up to 65536 candidates (the row lives in
 registers; Flash at 256K context has 65536 CSA entries), k <= 4096. Difference from the twin:
@@ -21,6 +23,7 @@ import torch
 import triton
 
 from mxserve.kernels.topk._topk_kernel import _topk_kernel
+from mxserve.kernels.topk._topk_rank_kernel import _topk_rank_kernel
 from mxserve.kernels.topk._topk_select_kernel import _topk_select_kernel
 from mxserve.kernels.topk.reference import candidate_mask
 
@@ -28,6 +31,9 @@ MAX_CANDIDATES = 65536
 MAX_K = 4096
 SELECT_MAX_CANDIDATES = 16384  # the select kernel holds the row in registers: 32 per thread at 16 warps
 LEGACY_ENV = "MXSERVE_TOPK_LEGACY"
+KERNEL_ENV = "MXSERVE_TOPK_KERNEL"  # rank | select | legacy, for rows of <= 16384 candidates
+KERNELS = ("rank", "select", "legacy")
+DEFAULT_KERNEL = "select"  # `rank` becomes the default once the H200 run confirms it (issue 11)
 
 
 def topk_tiebroken_triton(
@@ -36,9 +42,15 @@ def topk_tiebroken_triton(
     valid_mask: torch.Tensor | None = None,
     num_valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """int64 [N, k], identical to `topk_tiebroken_ref` (see the module docstring for the kernel)."""
-    if os.environ.get(LEGACY_ENV, "0") == "1" or scores.shape[-1] > SELECT_MAX_CANDIDATES:
+    """int64 [N, k], identical to `topk_tiebroken_ref` (see the module docstring for the kernel).
+    Raises ValueError for an unknown MXSERVE_TOPK_KERNEL."""
+    kernel = os.environ.get(KERNEL_ENV, DEFAULT_KERNEL)
+    if kernel not in KERNELS:
+        raise ValueError(f"{KERNEL_ENV}={kernel!r}; expected one of {KERNELS}")
+    if os.environ.get(LEGACY_ENV, "0") == "1" or scores.shape[-1] > SELECT_MAX_CANDIDATES or kernel == "legacy":
         return topk_tiebroken_triton_legacy(scores, k, valid_mask, num_valid)
+    if kernel == "rank":
+        return topk_tiebroken_triton_rank(scores, k, valid_mask, num_valid)
     return topk_tiebroken_triton_select(scores, k, valid_mask, num_valid)
 
 
@@ -150,6 +162,73 @@ def topk_tiebroken_triton_select(
         scores, mask, nv, out, scratch, c, k, scores.stride(0), mask.stride(0), out.stride(0),
         HAS_MASK=valid_mask is not None, HAS_NUM=num_valid is not None, BLOCK_C=lp["BLOCK_C"],
         BLOCK_K=lp["BLOCK_K"], CAP=lp["CAP"], P=lp["P"], RANK=lp["RANK"], BJ=lp["BJ"],
+        num_warps=lp["num_warps"],
+    )
+    return out
+
+
+# -- the rank kernel (session 7) ---------------------------------------------------------------------
+SAMPLE_STRIDE = 16  # the sampled bound reads every 16th key (1024 of 16384)
+SAMPLE_MARGIN = 12  # sample members of slack above kk / 16: ~2 standard deviations at kk = 512
+
+
+def rank_launch_params(rows: int, c: int, k: int, device: torch.device, *, programs_per_row: int | None = None,
+                       num_warps: int | None = None, members: int | None = None, sample: int | None = None,
+                       use_float: bool = True) -> dict:
+    """The rank kernel's constexprs and launch shape, from shapes (and the SM count) only.
+
+    FULL (the row fits CAP) ranks the row in place; SELECT compacts S first. Programs per row: as
+    many as the GPU has idle SMs for (one program per SM), each ranking an equal share of S in
+    blocks of MB members; MB grows when few programs share a row, so the per-column work is
+    spread over more members."""
+    block_c = max(32, triton.next_power_of_2(c))
+    block_k = triton.next_power_of_2(max(k, 1))
+    cap = min(block_c, max(2 * block_k, 512))  # S's capacity, as the select kernel's
+    select = block_c > cap
+    n_s = cap  # the most members a row can have
+    sms = (_num_sms(device.index if device.index is not None else torch.cuda.current_device())
+           if device.type == "cuda" else 1)
+    # -- launch parameters -------------------------------------------------------------------
+    nw = num_warps if num_warps is not None else (max(4, min(16, block_c // 1024)) if select else 4)
+    jb = min(128, n_s)
+    if programs_per_row is None:
+        programs_per_row = max(1, min(sms // max(rows, 1), n_s // 16))
+    p = programs_per_row
+    if members is None:
+        members = min(128, max(16, triton.next_power_of_2(triton.cdiv(n_s, p))))
+    mb = members
+    if p < 1 or mb < 1 or mb & (mb - 1):
+        raise ValueError(f"programs_per_row must be >= 1 and members a power of 2, got {p=} {mb=}")
+    sample = SAMPLE_STRIDE if sample is None else sample
+    if select and sample and (block_c // sample < 32 or sample & (sample - 1)):
+        raise ValueError(f"sample stride must be a power of 2 leaving >= 32 samples, got {sample} for {block_c=}")
+    return {"BLOCK_C": block_c, "BLOCK_K": block_k, "CAP": cap, "P": p, "SELECT": select,
+            "SAMPLE": sample if select else 0, "MARGIN": SAMPLE_MARGIN, "MB": mb, "JB": jb,
+            "FLOAT": bool(use_float and select), "num_warps": nw}
+
+
+def topk_tiebroken_triton_rank(
+    scores: torch.Tensor,
+    k: int,
+    valid_mask: torch.Tensor | None = None,
+    num_valid: torch.Tensor | None = None,
+    **overrides,
+) -> torch.Tensor:
+    """The rank kernel; keyword `overrides` go to `rank_launch_params` (programs_per_row,
+    num_warps, members, sample, use_float: tests and sweeps)."""
+    n, c = scores.shape if scores.dim() == 2 else (0, 0)
+    scores, mask, nv = _checked(scores, k, valid_mask, num_valid, SELECT_MAX_CANDIDATES)
+    if n == 0 or k == 0 or c == 0:
+        return torch.full((n, k), -1, dtype=torch.int64, device=scores.device)
+    lp = rank_launch_params(n, c, k, scores.device, **overrides)
+    out = torch.empty((n, k), dtype=torch.int64, device=scores.device)  # every slot is written
+    # one S per row (every program of the row writes the same one): its indices
+    scratch = torch.empty(n * lp["CAP"], dtype=torch.int32, device=scores.device) if lp["SELECT"] else out
+    _topk_rank_kernel[(n, lp["P"])](
+        scores, mask, nv, out, scratch, c, k, scores.stride(0), mask.stride(0), out.stride(0),
+        HAS_MASK=valid_mask is not None, HAS_NUM=num_valid is not None,
+        **{name: lp[name] for name in ("BLOCK_C", "BLOCK_K", "CAP", "P", "SELECT", "SAMPLE", "MARGIN", "MB", "JB",
+                                       "FLOAT")},
         num_warps=lp["num_warps"],
     )
     return out
