@@ -16,6 +16,13 @@ Sections:
    the device copy bandwidth measured here), TFLOP/s, ratio vs the torch reference in the same
    run (reference timed where it fits the time budget), indexer top-k vs torch.topk, and a
    per-layer sum for a CSA and an HCA decode layer.
+4. ab (`--ab VARIANT ...`, session 7): the sparse attention alone at Flash shapes (4K: CSA = window
+   128 + top-512, HCA = window 128 + 32 entries), batch 1, 8, 64, per kernel variant ("pieces" =
+   the session-5 kernels; "halves" = the launcher's default, split mode below 32 tokens, fold mode
+   from 32; "halves-split"/"halves-fold" force a mode; "-fold2", "-split1", "-stages2" change one
+   launch parameter): us per call (CUDA-graph replay of the same inputs, median of 20, L2-warm as
+   in sessions 4-6), TFLOP/s (4 flops per head, key and channel), error vs "pieces", and whether
+   the output has the default "halves" bits (every halves variant must: same partials, same fold).
 Not here (see the report): CUDA-graph capture of the decode step, the end-to-end tok/s vs
 transformers `generate`, the random Flash-shaped 4-layer model (its experts take minutes to write).
 """
@@ -34,7 +41,7 @@ from pathlib import Path
 import torch
 from _cuda_timing import graph_time
 
-RESULTS: dict = {"parity": {}, "model": {}, "bench": [], "errors": {}}
+RESULTS: dict = {"parity": {}, "model": {}, "bench": [], "ab": [], "errors": {}}
 DEV = "cuda"
 SPEC_TBPS = 4.27
 
@@ -367,6 +374,88 @@ def bench(contexts, batches, ref_max_batch: int) -> None:
                 traceback.print_exc()
 
 
+# ---------------------------------------------------------------------------------------------- ab
+def ab_params(variant: str, heads: int):
+    """LaunchParams of an A/B variant (see the module docstring, section 4)."""
+    from mxserve.kernels.attention_ops.cache_args import EntryMode
+    from mxserve.kernels.sparse_attention import triton as launcher
+
+    if variant == "pieces":  # the session-5 configuration, whatever the launcher's default
+        return launcher.LaunchParams(dot=1, block_h=64, block_k=64, piece=64, num_warps=4)
+    base = launcher.halves_params(launcher.launch_params(EntryMode.DS_MLA, heads, 512))
+    changes = {"halves": {}, "halves-split": {"fold_min_tokens": 1 << 30}, "halves-fold": {"fold_min_tokens": 1},
+               "halves-fold2": {"fold_ch_blocks": 2}, "halves-split1": {"split_ch_blocks": 1},
+               "halves-stages2": {"fold_stages": 2}}[variant]
+    return dataclasses.replace(base, **changes)
+
+
+@section("ab")
+def ab(contexts, batches, variants) -> None:
+    from mxserve.kernels.sparse_attention.triton import sparse_attention_triton
+
+    g = torch.Generator(device=DEV).manual_seed(5)
+    heads, d, window, topk = 64, 512, 128, 512
+    for ctx in contexts:
+        n_csa, n_hca = ctx // 4, ctx // 128
+        for batch in batches:
+            win = kv_cache(batch * window, block_size=64)
+            comp = kv_cache(batch * n_csa, block_size=64)
+            hca = kv_cache(max(64, batch * n_hca), block_size=64)
+            seq = torch.arange(batch, device=DEV)
+            ws = seq[:, None] * window + torch.arange(window, device=DEV)[None, :]
+            cs = seq[:, None] * n_csa + torch.stack(
+                [torch.randperm(n_csa, device=DEV, generator=g)[:topk] for _ in range(batch)])
+            hs = seq[:, None] * n_hca + torch.arange(n_hca, device=DEV)[None, :]
+            q = (torch.randn(batch, heads, d, device=DEV, generator=g) * 0.05).bfloat16()
+            sink = torch.randn(heads, device=DEV, generator=g)
+            for kind, srcs in (("csa", [(win, ws), (comp, cs)]), ("hca", [(win, ws), (hca, hs)])):
+                keys = window + srcs[1][1].shape[1]
+                outs = {}
+                for variant in variants:
+                    try:
+                        lp = ab_params(variant, heads)
+                        outs[variant] = sparse_attention_triton(q, srcs, sink, d**-0.5, params=lp)
+                        ms = timed_graph(lambda lp=lp, srcs=srcs: sparse_attention_triton(q, srcs, sink, d**-0.5,
+                                                                                          params=lp))
+                        want, got = outs.get("pieces"), outs[variant]
+                        r = {"kernel": f"ab_{kind}", "variant": variant, "ctx": ctx, "batch": batch, "ms": ms,
+                             "us": ms * 1e3, "TFLOPs": 4 * batch * heads * keys * d / (ms * 1e-3) / 1e12,
+                             "timing": GRAPH["last"],
+                             "fold": batch >= lp.fold_min_tokens if lp.kernel == "halves" else None,
+                             "rel_err_vs_pieces": None if want is None else float(
+                                 ((got - want).abs().amax(dim=(1, 2)) / want.abs().amax(dim=(1, 2))).max()),
+                             "same_bits_as_halves": None if "halves" not in outs or lp.kernel != "halves"
+                             else bool(torch.equal(got, outs["halves"]))}
+                    except Exception as exc:  # one variant failing must not cost the others
+                        r = {"kernel": f"ab_{kind}", "variant": variant, "ctx": ctx, "batch": batch,
+                             "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+                        traceback.print_exc()
+                    RESULTS["ab"].append(r)
+                    print(json.dumps(r), flush=True)
+            del win, comp, hca
+
+
+def ab_table() -> str:
+    """us per call (TFLOP/s at the largest batch) per variant and shape, one line per variant."""
+    rows = RESULTS["ab"]
+    shapes = sorted({(r["kernel"], r["ctx"], r["batch"]) for r in rows}, key=lambda x: (x[0], x[1], x[2]))
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    head = "variant | " + " | ".join(f"{k[3:]} {c // 1024}K b{b}" for k, c, b in shapes)
+    lines = [head]
+    for v in variants:
+        cells = []
+        for k, c, b in shapes:
+            r = next((r for r in rows if (r["kernel"], r["ctx"], r["batch"], r["variant"]) == (k, c, b, v)), None)
+            if r is None or "error" in r:
+                cells.append("ERR" if r else "")
+                continue
+            flags = ("" if r["same_bits_as_halves"] in (None, True) else " BITS!") + (
+                "" if (r["rel_err_vs_pieces"] or 0) <= 2e-4 else " ERR!")
+            cells.append(f"{r['us']:.1f}" + (f" ({r['TFLOPs']:.0f}TF)" if b >= 64 else "") + flags)
+        lines.append(f"{v} | " + " | ".join(cells))
+    return "\n".join(lines)
+
+
 def table() -> str:
     lines = ["| kernel | ctx | batch | us | TB/s | %spec | TFLOP/s | x ref | x torch.topk |", "|---|---|---|---|---|---|---|---|---|"]
 
@@ -388,6 +477,8 @@ def main() -> None:
     ap.add_argument("--ref-max-batch", type=int, default=8, help="time the fp64 torch reference up to this batch")
     ap.add_argument("--num-new", type=int, default=24)
     ap.add_argument("--skip", nargs="*", default=[], choices=["parity", "model", "bench"])
+    ap.add_argument("--ab", nargs="*", default=None, help="only the sparse-attention A/B over these variants "
+                    "(pieces halves halves-split halves-fold halves-fold2 halves-split1 halves-stages2)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("error: benchmarks/attention.py needs a CUDA GPU")
@@ -395,6 +486,9 @@ def main() -> None:
     RESULTS["command"] = "python benchmarks/attention.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "skip")
     t0 = time.time()
+    if args.ab is not None:
+        args.skip = ["parity", "model", "bench"]
+        ab(args.contexts, args.batches, args.ab or ["pieces", "halves"])
     if "parity" not in args.skip:
         parity()
     if "model" not in args.skip:
@@ -407,7 +501,10 @@ def main() -> None:
     print("\nparity:", json.dumps(RESULTS["parity"]))
     for k, v in RESULTS["model"].items():
         print("model", k, json.dumps(v))
-    print(table())
+    if RESULTS["bench"]:
+        print(table())
+    if RESULTS["ab"]:
+        print(ab_table())
     if RESULTS["errors"]:
         print("ERRORS:", json.dumps(RESULTS["errors"], indent=1))
     print(f"total {RESULTS['total_s']:.0f} s; raw results in {args.out}")

@@ -2,7 +2,8 @@
 
     .venv/bin/python tests/kernels/sparse_attention/sm90_compile.py [--json]
 
-Issue 11: the one-program-per-token kernel was latency-bound at decode and spilled. Triton 3.9
+Issue 11: the one-program-per-token kernel was latency-bound at decode and spilled. Session 7 adds
+the "halves" kernel (`_fold_kernel`) in its split and fold modes with the GPU's launch parameters. Triton 3.9
 compiles for a target given explicitly, so this runs anywhere; ptxas (bundled with Triton) is
 run again with -v on the PTX for the register and spill report, and nvdisasm counts the SASS
 instructions. Shapes are DeepSeek-V4-Flash's (64 heads x 512, fp8_ds_mla entries in pages of 64
@@ -28,6 +29,7 @@ import sm90_report as sm90  # before triton: it forces TRITON_INTERPRET off and 
 from mxserve.formats.ds_mla_entry import DS_MLA_DATA_BYTES, DS_MLA_SCALE_BYTES
 from mxserve.kernels.attention_ops.cache_args import EntryMode
 from mxserve.kernels.sparse_attention import triton as launcher
+from mxserve.kernels.sparse_attention._fold_kernel import _sparse_attention_fold_kernel
 from mxserve.kernels.sparse_attention._sparse_attention_kernel import (
     _sparse_attention_combine_kernel,
     _sparse_attention_kernel,
@@ -68,8 +70,10 @@ def compile_report(label: str, kernel, consts: dict, q_type: str, num_warps: int
 
 
 def main() -> None:
+    os.environ[launcher.PIECES_ENV] = "1"  # the "pieces" kernels' parameters first (the off switch)
     lp = launcher.launch_params(EntryMode.DS_MLA, HEADS, HEAD_DIM)
-    assert lp.dot == 1, "launch_params gave the interpreter's parameters"
+    os.environ.pop(launcher.PIECES_ENV)
+    assert lp.dot == 1 and lp.kernel == "pieces", "launch_params gave the interpreter's or the halves parameters"
     reports = []
     for q_type, q_pieces in (("bf16", 1), ("fp32", 2)):
         consts = dict(MODE=int(EntryMode.DS_MLA), HEAD_DIM=HEAD_DIM, DATA_BYTES=DS_MLA_DATA_BYTES,
@@ -92,6 +96,16 @@ def main() -> None:
                   ALIGNED=True, NATIVE_FP8=True)
     reports.append(compile_report("partial fp32 cache q=fp32", _sparse_attention_kernel, consts, "fp32",
                                   fp32.num_warps))
+    halves = launcher.launch_params(EntryMode.DS_MLA, HEADS, HEAD_DIM)
+    assert halves.kernel == "halves", "launch_params did not pick the halves kernel for Flash shapes"
+    for fold, blocks in ((False, halves.split_ch_blocks), (True, halves.fold_ch_blocks)):
+        for q_type, q_pieces in (("bf16", 1), ("fp32", 2)):
+            consts = dict(DATA_BYTES=DS_MLA_DATA_BYTES, SCALE_BYTES=DS_MLA_SCALE_BYTES, BLOCK_H=halves.block_h,
+                          BLOCK_K=halves.block_k, CH_BLOCKS=blocks, FOLD=fold,
+                          STAGES=halves.fold_stages if fold else 1, DOT=halves.dot, Q_PIECES=q_pieces, ALIGNED=True,
+                          NATIVE_FP8=True)
+            reports.append(compile_report(f"halves {'fold' if fold else 'split'} x{blocks} q={q_type}",
+                                          _sparse_attention_fold_kernel, consts, q_type, halves.num_warps))
     consts = dict(HEAD_DIM=HEAD_DIM, BLOCK_H=launcher.COMBINE_BLOCK_H, BLOCK_D=launcher.COMBINE_BLOCK_D,
                   NUM_STAGES=launcher.COMBINE_NUM_STAGES)
     reports.append(compile_report("combine", _sparse_attention_combine_kernel, consts, "fp32",
