@@ -190,11 +190,17 @@ class DecodeGraphs:
     def captured_buckets(self) -> tuple[int, ...]:
         return tuple(sorted(b for b, g in self._graphs.items() if g.graph is not None))
 
-    def run(self, token_ids: Sequence[int], seq_ids: Sequence, positions: Sequence[int], bucket: int
+    def run(self, token_ids: Sequence[int] | torch.Tensor, seq_ids: Sequence, positions: Sequence[int], bucket: int
             ) -> torch.Tensor | None:
-        """Logits [n, vocab] (fp32, on the device) of one decode step of n = len(token_ids) sequences."""
+        """Logits [n, vocab] (fp32, on the device) of one decode step of n = len(token_ids) sequences.
+        `token_ids` may be a device tensor (the previous step's sampled tokens, not yet read by the
+        host: the decode lookahead): it is copied into the static buffer on the stream, after the
+        host batch, so nothing waits for it."""
         if self.unavailable is not None:
             return None
+        fed = token_ids if isinstance(token_ids, torch.Tensor) else None
+        if fed is not None:
+            token_ids = [0] * len(seq_ids)  # placeholders: the host batch checks and pads them
         entry = self._graphs.get(bucket)
         fresh = entry is None
         if fresh:
@@ -205,6 +211,8 @@ class DecodeGraphs:
             entry.copied.synchronize()  # the previous step's copy has read the pinned buffers
         build_decode_batch(token_ids, seq_ids, positions, self.state, self.geometry, num_rows=bucket, out=entry.host)
         entry.static.copy_(entry.host)
+        if fed is not None:
+            entry.static.token_ids[: len(seq_ids)].copy_(fed, non_blocking=True)
         if self.device.type == "cuda":
             entry.copied = torch.cuda.Event()
             entry.copied.record()

@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 import torch
 
 from mxserve.engine.cuda_graphs import DecodeGraphs, EagerStats, decide
+from mxserve.engine.decode_lookahead import (
+    Lookahead,
+    LookaheadStats,
+    lookahead_enabled,
+    next_positions_covered,
+)
 from mxserve.engine.logprobs import LogprobsTensors, PositionLogprobs, compute_logprobs, gather_logprobs
 from mxserve.engine.sampler import Sampler
 from mxserve.engine.sampling_params import SamplingParams
@@ -22,7 +28,7 @@ from mxserve.engine.scheduler_output import RunnerOutput, SchedulerOutput
 from mxserve.model.decode_batch import DecodeGeometry
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.forward_batch import ForwardBatch
-from mxserve.model.kv_state import ModelCacheState
+from mxserve.model.kv_state import ModelCacheState, Pool, units_for
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,11 @@ class ModelRunner:
         # request id → the block manager's table view last installed in `cache_state`: the manager
         # hands out the same read-only view until a table grows, so most decode steps install nothing
         self._installed_tables: dict[str, Mapping[str, tuple[int, ...]]] = {}
+        # the decode lookahead (mxserve.engine.decode_lookahead): the step launched ahead, if any
+        self._ahead: Lookahead | None = None
+        self._bucket: int | None = None  # the bucket the last graph step replayed
+        self._token_host: torch.Tensor | None = None  # pinned: the sampled tokens read past the lookahead
+        self.lookahead_stats = LookaheadStats()
         if max_model_len is not None and getattr(model, "supports_cuda_graphs", False) and not enforce_eager:
             geometry = DecodeGeometry.for_positions(model.config, cache_state.block_size, max_model_len)
             self.decode_graphs = DecodeGraphs(model, cache_state, geometry, device)
@@ -105,7 +116,17 @@ class ModelRunner:
                     rows.append(offset + chunk.num_tokens - 1)
             offset += chunk.num_tokens
 
-        logits = self._graph_decode(step, rows)
+        ahead, self._ahead = self._ahead, None
+        logits = None
+        if ahead is not None:
+            if ahead.matches(step):
+                self.lookahead_stats.used += 1
+                logits, self._bucket = _select_rows(ahead.logits, rows), ahead.bucket
+            else:
+                self.lookahead_stats.dropped += 1
+        if logits is None:
+            logits = self._graph_decode(step, rows)
+        graph_step = logits is not None
         if logits is None:
             batch = ForwardBatch.from_chunks(
                 [list(c.token_ids) for c in step.chunks], [c.request_id for c in step.chunks],
@@ -131,7 +152,11 @@ class ModelRunner:
                 picked, [info.params for info in infos], [info.seed for info in infos], positions,
                 banned=[self._banned_ids(info, position) for info, position in zip(infos, positions, strict=True)],
             )
-            *tokens, is_finite = torch.cat((out.token_ids, finite.to(torch.int64)[None])).tolist()
+            packed = torch.cat((out.token_ids, finite.to(torch.int64)[None]))
+            if graph_step and out.top_logprobs is None and not prompt_rows:
+                *tokens, is_finite = self._read_past_lookahead(packed, step, out.token_ids, sampling)
+            else:
+                *tokens, is_finite = packed.tolist()
             result.logits_finite = bool(is_finite)
             result.runner_output = RunnerOutput({rid: (tok,) for rid, tok in zip(ids, tokens, strict=True)})
             if out.top_logprobs is not None:
@@ -161,6 +186,7 @@ class ModelRunner:
             else graphs.unavailable,
         )
         logits = None
+        self._bucket = decision.bucket
         if not decision.is_eager:
             logits = graphs.run([c.token_ids[0] for c in step.chunks], [c.request_id for c in step.chunks],
                                 [c.start_pos for c in step.chunks], decision.bucket)
@@ -168,6 +194,59 @@ class ModelRunner:
             self.eager_stats.record(decision.reason if decision.is_eager else graphs.unavailable)
             return None
         return _select_rows(logits, rows)
+
+    def _read_past_lookahead(self, packed: torch.Tensor, step: SchedulerOutput, token_ids: torch.Tensor,
+                             sampling: Mapping[str, RequestSampling]) -> list[int]:
+        """`packed`'s values, with the next decode step launched behind them when it can be
+        predicted (`mxserve.engine.decode_lookahead`): the values are copied to pinned memory and
+        an event recorded first, so reading them waits for this step only, not for the next."""
+        cuda = self.device.type == "cuda"
+        if cuda:
+            host = self._token_host
+            if host is None or host.numel() < packed.numel():
+                host = self._token_host = torch.empty(max(packed.numel(), 512), dtype=torch.int64, pin_memory=True)
+            host = host[: packed.numel()]
+            host.copy_(packed, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record()
+        self._ahead = self._launch_lookahead(step, token_ids, sampling)
+        if not cuda:
+            values = packed.tolist()
+        else:
+            copied.synchronize()
+            values = host.tolist()
+        if self._ahead is not None:
+            self._ahead.token_ids = tuple(values[:-1])
+        return values
+
+    def _launch_lookahead(self, step: SchedulerOutput, token_ids: torch.Tensor,
+                          sampling: Mapping[str, RequestSampling]) -> Lookahead | None:
+        """Replay the next decode step of this step's requests, fed `token_ids` on the device, when
+        that step can be predicted (module docstring of `decode_lookahead`); None otherwise."""
+        graphs, bucket = self.decode_graphs, self._bucket
+        if not lookahead_enabled() or graphs is None or graphs.unavailable is not None or bucket is None:
+            return None
+        chunks = step.chunks
+        max_positions = graphs.geometry.max_positions
+        for chunk in chunks:
+            if chunk.num_tokens != 1 or not chunk.samples_next_token or chunk.num_draft_tokens:
+                return None
+            info = sampling[chunk.request_id]
+            num_output = chunk.end_pos + 1 - info.num_prompt_tokens  # output tokens once this step's is appended
+            max_tokens = info.params.max_tokens
+            if (max_tokens is not None and num_output >= max_tokens) or chunk.end_pos + 2 > max_positions:
+                return None  # the request ends at this step (or nearly): the next step will differ
+        tables = tuple(c.block_tables for c in chunks)
+        positions = tuple(c.end_pos for c in chunks)
+        config = self.model.config
+        if not next_positions_covered(tables, positions, self.cache_state.block_size,
+                                      lambda pool, n: units_for(config, Pool(pool), n)):
+            return None
+        logits = graphs.run(token_ids, [c.request_id for c in chunks], list(positions), bucket)
+        if logits is None:
+            return None
+        self.lookahead_stats.launched += 1
+        return Lookahead(tuple(c.request_id for c in chunks), positions, tables, logits, bucket)
 
     def _banned_ids(self, info: RequestSampling, next_position: int) -> tuple[int, ...]:
         """min_tokens: EOS and the stop token ids are held back until that many output tokens exist."""
