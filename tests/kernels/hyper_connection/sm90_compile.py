@@ -4,7 +4,9 @@
 
 Shapes: DeepSeek-V4-Flash (hc 4, D 4096: K = 16384, 24 mixes; the head's 4) and the packaged
 default model (hc 4, D 256), BF16 streams, with exactly the constexprs the launchers pass
-(`launch_constexprs`) and their fp-fusion setting. Triton compiles for a target given explicitly
+(`launch_constexprs`, the session-7 kernels; also the post/comb launch of the side stream) and their
+fp-fusion setting; `divisions` counts the fp64 reciprocal seeds (MUFU.RCP64H) in the SASS. Triton
+compiles for a target given explicitly
 (GPUTarget("cuda", 90, 32): sm_90, warp size 32), so this runs anywhere; ptxas (bundled with
 Triton, the one Triton itself uses for sm_90) is run again with -v on the PTX for the register
 and spill report. TRITON_INTERPRET is forced off here: run it as a script or in a subprocess,
@@ -51,9 +53,11 @@ def _cases(dim: int) -> list[tuple[str, str, object, dict]]:
         ("mix (24 mixes)", "mix", _hc_mix_kernel, {**block["mix"], "RMS_EPS": EPS, "USE_LIBDEVICE": True}),
         ("mix (head, 4)", "mix", _hc_mix_kernel, {**head["mix"], "RMS_EPS": EPS, "USE_LIBDEVICE": True}),
         ("finish (hc_pre)", "finish", _hc_finish_kernel, {**block["finish"], "HC_EPS": EPS, "WITH_POST": True,
-                                                          "OUT_BF16": True, "USE_LIBDEVICE": True}),
+                                                          "OUT_BF16": True, "USE_LIBDEVICE": True, "PART": 0}),
+        ("finish (post/comb launch)", "finish", _hc_finish_kernel, {**block["finish"], "HC_EPS": EPS, "WITH_POST": True,
+                                                                    "OUT_BF16": True, "USE_LIBDEVICE": True, "PART": 2}),
         ("finish (hc_head)", "finish", _hc_finish_kernel, {**head["finish"], "HC_EPS": EPS, "WITH_POST": False,
-                                                           "OUT_BF16": True, "USE_LIBDEVICE": True}),
+                                                           "OUT_BF16": True, "USE_LIBDEVICE": True, "PART": 0}),
         ("hc_post", "post", _hc_post_kernel, {**block["post"], "OUT_BF16": True, "HAS_ADDEND": False}),
         ("hc_post (+ addend)", "post", _hc_post_kernel, {**block["post"], "OUT_BF16": True, "HAS_ADDEND": True}),
     ]
@@ -64,8 +68,10 @@ def compile_report(label: str, name: str, kernel, consts: dict, shape: str) -> d
     compiled, compile_s = sm90.compile_sm90(kernel, signature, consts, num_warps=hc_triton.NUM_WARPS[name],
                                             enable_fp_fusion=hc_triton.FP_FUSION[name])
     ptx = compiled.asm["ptx"]
+    report, cubin = sm90.ptxas_report(ptx)
     return {"kernel": label, "shape": shape, "num_warps": hc_triton.NUM_WARPS[name], "compile_s": round(compile_s, 2),
-            "ptx_lines": ptx.count("\n"), "bar_sync": ptx.count("bar.sync"), **sm90.ptxas_report(ptx)[0]}
+            "ptx_lines": ptx.count("\n"), "bar_sync": ptx.count("bar.sync"),
+            "divisions": sm90.disassemble(cubin).count("MUFU.RCP64H"), **report}
 
 
 def main() -> None:

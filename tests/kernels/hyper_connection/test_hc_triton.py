@@ -7,13 +7,18 @@
 * batch invariance: a token alone gives the bits it gets inside a batch (hc_head shares hc_pre's
   mix kernels and its finish kernel's block-input path);
 * the launchers refuse bad shapes and dtypes with the values in the message;
-* the chooser: off unless forced, forced Triton on CUDA, the slots it hands out.
+* the chooser: off unless forced, forced Triton on CUDA, the slots it hands out;
+* session 7: the old kernels (MXSERVE_HC_OLD_KERNELS=1) still equal the twins; post/comb as a
+  launch of their own (the side stream's split) give the one launch's bits; the comb reductions
+  run in their documented orders (a matrix where the orders give different fp64 sums).
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from mxserve.kernels.chooser import Platform
 from mxserve.kernels.hyper_connection import (
@@ -26,8 +31,8 @@ from mxserve.kernels.hyper_connection import (
     hc_pre_ref,
 )
 
-pytest.importorskip("triton")
 ht = pytest.importorskip("mxserve.kernels.hyper_connection.triton")
+hk = pytest.importorskip("mxserve.kernels.hyper_connection._hc_kernel")
 
 EPS = dict(hc_eps=1e-6, rms_eps=1e-6)
 ITERS = 20
@@ -143,3 +148,50 @@ def test_chooser_off_unless_forced_and_the_slots():
                                 "hc_head": ht.hc_head_triton, "rms_norm": rms_norm_triton}
     with pytest.raises(ValueError, match=r"hc: unknown backend 'cuda'; known: \['reference', 'triton'\]"):
         choose_hc(spec, h200, forced="cuda")
+
+
+def test_old_kernels_switch_still_equals_the_twin(monkeypatch):
+    """MXSERVE_HC_OLD_KERNELS=1: comb in the register tile again (the A/B's "before")."""
+    monkeypatch.setenv("MXSERVE_HC_OLD_KERNELS", "1")
+    assert not ht._constexprs(4, D, 24)["finish"]["COMB_LANES"]
+    _check_all(*_inputs(3, 4, 200, torch.bfloat16, seed=5))
+
+
+def test_post_comb_launch_of_their_own_gives_the_one_launch_bits():
+    """The side stream's split (PART 2 then PART 1) against the one finish launch (PART 0)."""
+    streams, w, _, _ = _inputs(3, 4, 200, torch.float32, seed=9)
+    mixes = ht._mix_partials(streams, w.fn, EPS["rms_eps"])
+    kw = dict(hc_eps=EPS["hc_eps"], sinkhorn_iters=ITERS, with_post=True)
+    one = ht._finish(streams, mixes, w.base, w.scale, **kw)
+    split = ht._finish(streams, mixes, w.base, w.scale, split_launch=True, **kw)
+    wide = ht._finish(streams, mixes, w.base, w.scale, post_dtype=torch.float64, **kw)  # the GPU test's fp64 outputs
+    _assert_equal(wide[2].float(), one[2], "comb stored in fp64, then rounded")
+    for name, a, b in zip(("block input", "post", "comb"), split, one, strict=True):
+        _assert_equal(a, b, f"split launch {name}")
+
+
+@triton.jit
+def _sums_kernel(c_ptr, rows_ptr, cols_ptr):
+    ii = tl.arange(0, 4)[:, None]
+    jj = tl.arange(0, 4)[None, :]
+    c = tl.load(c_ptr + ii * 4 + jj)
+    tl.store(rows_ptr + tl.arange(0, 4), hk._row_sums4(c, jj))
+    tl.store(cols_ptr + tl.arange(0, 4), hk._col_sums4(c, ii))
+
+
+def test_comb_sums_run_in_their_documented_orders():
+    """Rows (c0 + c2) + (c1 + c3), columns ((c0 + c1) + c2) + c3, exactly: on this matrix every
+    other order of either sum gives another fp64 value (1 and -1 cancel only when paired first)."""
+    tiny = 2.0 ** -60
+    c = torch.zeros(4, 4, dtype=torch.float64)
+    c[0] = torch.tensor([1.0, tiny, -1.0, 0.0])  # row 0: butterfly tiny, in order 0
+    c[:, 3] = torch.tensor([0.0, 1.0, -1.0, tiny])  # column 3: in order tiny, butterfly 0
+    device = "cuda" if torch.cuda.is_available() and not ht.interpreting() else "cpu"
+    c = c.to(device)
+    rows, cols = torch.empty(4, dtype=torch.float64, device=device), torch.empty(4, dtype=torch.float64, device=device)
+    _sums_kernel[(1,)](c, rows, cols)
+    v = c.cpu().tolist()
+    want_rows = [(r[0] + r[2]) + (r[1] + r[3]) for r in v]
+    want_cols = [((v[0][j] + v[1][j]) + v[2][j]) + v[3][j] for j in range(4)]
+    assert want_rows[0] == tiny and want_cols[3] == tiny  # the orders matter here
+    assert rows.cpu().tolist() == want_rows and cols.cpu().tolist() == want_cols, (rows, cols)

@@ -9,20 +9,23 @@ rounding point:
   tile, a fixed reduction tree), rho = fp32(1 / sqrt(sum / K + eps)) (the twin's mean divides
   by K on the CPU; CUDA torch multiplies by 1/K, the same bits for the power-of-two K of Flash
   and the default model; its rsqrt is 1/sqrt on the CPU), then the fp32 product x·rho (rounded
-  to fp32 BEFORE the matmul, as the twin) times fn in fp64 over the split, all of the split's
-  steps unrolled so their loads are in flight together → partial mixes [T, S, N] fp64.
-  fp32·fp32 products are exact in fp64, so an FMA changes nothing here.
+  to fp32 BEFORE the matmul, as the twin) times fn in fp64 over the split, the split's steps
+  unrolled → partial mixes [T, S, N] fp64. fp32·fp32 products are exact in fp64, so an FMA changes
+  nothing here. (The device's Triton 3.6 still issues each step's loads only after the previous
+  step's FMAs and all of them after rho: with PREFETCH the split's rows are in L1 by then.)
 * `_hc_finish_kernel` — per (token block, D-block): the S mix partials summed (one tile per
   use, a fixed tree) and rounded once to fp32 (the twin's `.float()`), pre = sigmoid(m·s0 + b)
   + eps in fp64, the block input Σ_i pre_i·X_i in fp64 in stream order (i = 0, 1, ...), from +0
   and without FMA (the twin materialises each product), rounded fp64 → fp32 →
   stream dtype (torch's double → bfloat16 cast goes through float too). With `WITH_POST` (off
   for `hc_head`) BLOCK_T // POST_BLOCK_T more programs per token block (the grid's last columns)
-  do post = 2·sigmoid(·) and the softmax + Sinkhorn of comb in fp64 ([POST_BLOCK_T, hc, hc] in
-  registers, POST_BLOCK_T = 1: one element a thread, so one fp64 division a thread per
-  half-step; the layouts of every reduction over splits, rows and columns are those the
-  4-token program had, so the same summation orders) beside the block-input programs, and
-  store both as fp32.
+  do post = 2·sigmoid(·) and the softmax + Sinkhorn of comb in fp64 beside the block-input
+  programs (or, PART 2, in a launch of their own: the side stream), and store both as fp32.
+  POST_BLOCK_T = 1. In the register tile ([1, hc, hc], COMB_LANES off: the old kernel) the
+  layout is the compiler's: Triton 3.9 gives one element a thread, but the device's 3.6 gives a
+  thread a whole column at Flash shapes, 4 fp64 divisions in a row per Sinkhorn half-step.
+  `_comb_lanes` (hc <= 4) forces one element a thread and writes the row and column sums out
+  in the orders the 3.6 build used there, so the same fp64 operations run in the same order.
 * `_hc_post_kernel` — per (token, D-block): X'_j = post_j·F + Σ_i comb_ij·X_i in fp64, the sum
   over i in order from +0, rounded like the block input. With `HAS_ADDEND`, F is first the fp32
   sum of two fp32 block outputs (the MoE's routed and shared experts) rounded to the stream dtype,
@@ -62,6 +65,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from mxserve.kernels.attention_ops._cache_jit import round_bf16
+from mxserve.kernels.hyper_connection._prefetch import prefetch_l1
 
 
 @triton.jit
@@ -111,15 +115,30 @@ def _hc_sumsq_kernel(
     tl.store(sumsq_ptr + offs_t * NUM_SPLITS + split, tl.sum(acc, axis=1), mask=t_mask)
 
 
+@triton.jit
+def _prefetch_rows(ptr, rows, num_rows, stride, k0, K, SPAN: tl.constexpr):
+    """Prefetch elements [k0, k0 + SPAN) of `rows` (those < num_rows) into L1: one address per
+    128-byte line (alignment aside; a line straddling the span's end is fetched whole)."""
+    STEP: tl.constexpr = 128 // (ptr.dtype.element_ty.primitive_bitwidth // 8)
+    LINES: tl.constexpr = (SPAN + STEP - 1) // STEP
+    k = k0 + tl.arange(0, LINES) * STEP
+    ptrs = ptr + rows.to(tl.int64)[:, None] * stride + k[None, :]
+    prefetch_l1(ptrs, (rows < num_rows)[:, None] & (k < K)[None, :], True)
+
+
 @triton.jit(do_not_specialize=["T"])
 def _hc_mix_kernel(
     x_ptr, fn_ptr, sumsq_ptr, mix_ptr, T, K, N, stride_xt, stride_fn,
     RMS_EPS: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, SPLIT_K: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_LIBDEVICE: tl.constexpr,
+    PREFETCH: tl.constexpr = False,
 ):
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     split = tl.program_id(1)
     t_mask = offs_t < T
+    if PREFETCH:  # this split of fn's rows and of the tokens' rows into L1, before the rho chain
+        _prefetch_rows(fn_ptr, tl.arange(0, BLOCK_N), N, stride_fn, split * SPLIT_K, K, SPLIT_K)
+        _prefetch_rows(x_ptr, offs_t, T, stride_xt, split * SPLIT_K, K, SPLIT_K)
     # rho of each token: the sum of its sum-of-squares partials (one tile, a fixed reduction
     # tree), mean, + eps, 1/sqrt, → fp32
     splits = tl.arange(0, SPLITS_PAD)
@@ -168,12 +187,74 @@ def _mix_values_3d(mix_ptr, offs, mask, N, NUM_SPLITS: tl.constexpr, SPLITS_PAD:
 
 
 @triton.jit
-def _post_and_comb(mix_ptr, base_ptr, scale_ptr, post_ptr, comb_ptr, offs_t, t_mask, mix_row, N, iters,
+def _pick(x, idx, k, AXIS: tl.constexpr):
+    """x's slice k along AXIS, exactly: one value and zeros, so the reduction's own order cannot
+    change a bit. (Triton folds the -0.0 into +0.0, seen in the LLVM IR; v + 0.0 == v for every v
+    but -0.0, which no softmax or Sinkhorn value is: they are positive or padding's +0.)"""
+    return tl.sum(tl.where(idx == k, x, -0.0), axis=AXIS)
+
+
+@triton.jit
+def _row_sums4(c, jj):
+    """Σ_j c[i, j] over 4 columns as (c0 + c2) + (c1 + c3): the butterfly that the sm_90 build's
+    4-lane reduction over j does (shuffle xor 2, then xor 1)."""
+    return (_pick(c, jj, 0, 1) + _pick(c, jj, 2, 1)) + (_pick(c, jj, 1, 1) + _pick(c, jj, 3, 1))
+
+
+@triton.jit
+def _col_sums4(c, ii):
+    """Σ_i c[i, j] over 4 rows as ((c0 + c1) + c2) + c3: the in-thread order of the sm_90 build
+    at Flash shapes (Triton 3.6 put i in one thread's registers there)."""
+    return ((_pick(c, ii, 0, 0) + _pick(c, ii, 1, 0)) + _pick(c, ii, 2, 0)) + _pick(c, ii, 3, 0)
+
+
+@triton.jit
+def _comb_lanes(cm, base_ptr, scratch_ptr, s2, iters, HC: tl.constexpr, HC_EPS: tl.constexpr,
+                USE_LIBDEVICE: tl.constexpr):
+    """comb of one token (HC <= 4) from its rounded mixes `cm` [1, 4, 4], one element a thread.
+
+    The sm_90 build of the register-tile version (Triton 3.6, Flash shapes) held a whole column
+    of comb in each thread, so every Sinkhorn half-step ran 4 fp64 divisions one after another
+    (each a MUFU.RCP64H, 8 dependent DFMAs and a slow-path branch), 156 in a row for 20 iterations.
+    Here `cm` goes through the token's own comb row in global memory (exact: it is an fp32 value)
+    and comes back loaded through scrambled offsets, so no load is vectorised and each thread
+    holds one element: one division a thread per half-step. The reductions are written out in the
+    orders that build used (rows `_row_sums4`, columns `_col_sums4`; max is order-free), so the
+    same fp64 operations run in the same order and comb keeps its bits, under any layout."""
+    eps = tl.full([], HC_EPS, tl.float64)
+    lanes = tl.arange(0, 4)
+    lane_ok = lanes < HC
+    ii = lanes[:, None]
+    jj = lanes[None, :]
+    ij = ii * HC + jj
+    ok_ij = lane_ok[:, None] & lane_ok[None, :]
+    tl.store(scratch_ptr + ij[None, :, :], cm.to(scratch_ptr.dtype.element_ty), mask=ok_ij[None, :, :])
+    tl.debug_barrier()  # the stores above are visible to every thread of the program
+    # ij again, but not provably contiguous (5·13 ≡ 1 mod 16): the loads get one element a thread
+    idx = (ij * 5 % 16) * 13 % 16
+    c = tl.load(scratch_ptr + idx, mask=ok_ij, other=0.0).to(tl.float64)
+    cb = tl.load(base_ptr + 2 * HC + idx, mask=ok_ij, other=0.0).to(tl.float64)
+    logits = tl.where(ok_ij, c * s2 + cb, float("-inf"))
+    row_max = tl.where(lane_ok, tl.max(logits, axis=1), 0.0)  # padding rows: 0, not -inf - -inf
+    e = tl.where(ok_ij, _exp_f64(logits - row_max[:, None], USE_LIBDEVICE), 0.0)
+    row_sum = tl.where(lane_ok, _row_sums4(e, jj), 1.0)
+    comb = tl.where(ok_ij, e / row_sum[:, None] + eps, 0.0)  # softmax over j, + eps
+    comb = comb / (_col_sums4(comb, ii)[None, :] + eps)  # column normalise once
+    for _ in range(1, iters):
+        comb = comb / (_row_sums4(comb, jj)[:, None] + eps)  # rows
+        comb = comb / (_col_sums4(comb, ii)[None, :] + eps)  # columns
+    tl.debug_barrier()  # every thread has read its `cm` back before the first comb store lands
+    tl.store(scratch_ptr + ij, comb.to(scratch_ptr.dtype.element_ty), mask=ok_ij)
+
+
+@triton.jit
+def _post_and_comb(mix_ptr, base_ptr, scale_ptr, post_ptr, comb_ptr, t0, offs_t, t_mask, mix_row, N, iters,
                    HC: tl.constexpr, HC_PAD: tl.constexpr, HC_EPS: tl.constexpr, NUM_SPLITS: tl.constexpr,
-                   SPLITS_PAD: tl.constexpr, USE_LIBDEVICE: tl.constexpr):
+                   SPLITS_PAD: tl.constexpr, USE_LIBDEVICE: tl.constexpr, COMB_LANES: tl.constexpr):
     """post [BLOCK_T, HC] = 2·sigmoid(m·s1 + b) and comb [BLOCK_T, HC, HC] = Sinkhorn(softmax_j(m·s2 + b)
     + eps), fp64, stored as fp32. Padding lanes (HC < HC_PAD) and tokens past T are 0 through
-    every step and never stored. comb[t, i, j]: i (axis 1) the old stream, j (axis 2) the new one."""
+    every step and never stored. comb[t, i, j]: i (axis 1) the old stream, j (axis 2) the new one.
+    Stored in the outputs' dtype: fp32, or fp64 for the GPU test that compares the fp64 values."""
     eps = tl.full([], HC_EPS, tl.float64)
     lanes = tl.arange(0, HC_PAD)
     lane_ok = lanes < HC
@@ -183,23 +264,27 @@ def _post_and_comb(mix_ptr, base_ptr, scale_ptr, post_ptr, comb_ptr, offs_t, t_m
     pm = _mix_values_2d(mix_ptr, mix_row[:, None] + HC + lanes[None, :], ok2, N, NUM_SPLITS, SPLITS_PAD)
     pb = tl.load(base_ptr + HC + lanes, mask=lane_ok, other=0.0).to(tl.float64)
     post = 2.0 * _sigmoid_f64(pm * s1 + pb[None, :], USE_LIBDEVICE)
-    tl.store(post_ptr + offs_t[:, None] * HC + lanes[None, :], post.to(tl.float32), mask=ok2)
+    tl.store(post_ptr + offs_t[:, None] * HC + lanes[None, :], post.to(post_ptr.dtype.element_ty), mask=ok2)
 
     ij = lanes[:, None] * HC + lanes[None, :]
     ok_ij = lane_ok[:, None] & lane_ok[None, :]
     ok3 = t_mask[:, None, None] & ok_ij[None, :, :]
     cm = _mix_values_3d(mix_ptr, mix_row[:, None, None] + 2 * HC + ij[None, :, :], ok3, N, NUM_SPLITS, SPLITS_PAD)
-    cb = tl.load(base_ptr + 2 * HC + ij, mask=ok_ij, other=0.0).to(tl.float64)
-    logits = tl.where(ok3, cm * s2 + cb[None, :, :], float("-inf"))
-    row_max = tl.where(ok2, tl.max(logits, axis=2), 0.0)  # padding rows: 0, not -inf - -inf
-    e = tl.where(ok3, _exp_f64(logits - row_max[:, :, None], USE_LIBDEVICE), 0.0)
-    row_sum = tl.where(ok2, tl.sum(e, axis=2), 1.0)
-    comb = tl.where(ok3, e / row_sum[:, :, None] + eps, 0.0)  # softmax over j, + eps
-    comb = comb / (tl.sum(comb, axis=1)[:, None, :] + eps)  # column normalise once
-    for _ in range(1, iters):
-        comb = comb / (tl.sum(comb, axis=2)[:, :, None] + eps)  # rows
-        comb = comb / (tl.sum(comb, axis=1)[:, None, :] + eps)  # columns
-    tl.store(comb_ptr + offs_t[:, None, None] * (HC * HC) + ij[None, :, :], comb.to(tl.float32), mask=ok3)
+    if COMB_LANES:  # one token t0 (the launcher only sets it with POST_BLOCK_T == 1 and HC_PAD == 4)
+        _comb_lanes(cm, base_ptr, comb_ptr + t0 * (HC * HC), s2, iters, HC, HC_EPS, USE_LIBDEVICE)
+    else:
+        cb = tl.load(base_ptr + 2 * HC + ij, mask=ok_ij, other=0.0).to(tl.float64)
+        logits = tl.where(ok3, cm * s2 + cb[None, :, :], float("-inf"))
+        row_max = tl.where(ok2, tl.max(logits, axis=2), 0.0)  # padding rows: 0, not -inf - -inf
+        e = tl.where(ok3, _exp_f64(logits - row_max[:, :, None], USE_LIBDEVICE), 0.0)
+        row_sum = tl.where(ok2, tl.sum(e, axis=2), 1.0)
+        comb = tl.where(ok3, e / row_sum[:, :, None] + eps, 0.0)  # softmax over j, + eps
+        comb = comb / (tl.sum(comb, axis=1)[:, None, :] + eps)  # column normalise once
+        for _ in range(1, iters):
+            comb = comb / (tl.sum(comb, axis=2)[:, :, None] + eps)  # rows
+            comb = comb / (tl.sum(comb, axis=1)[:, None, :] + eps)  # columns
+        tl.store(comb_ptr + offs_t[:, None, None] * (HC * HC) + ij[None, :, :], comb.to(comb_ptr.dtype.element_ty),
+                 mask=ok3)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -209,14 +294,24 @@ def _hc_finish_kernel(
     HC: tl.constexpr, HC_PAD: tl.constexpr, HC_EPS: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WITH_POST: tl.constexpr, OUT_BF16: tl.constexpr,
     USE_LIBDEVICE: tl.constexpr, POST_BLOCK_T: tl.constexpr,
+    PART: tl.constexpr = 0, PREFETCH: tl.constexpr = False, COMB_LANES: tl.constexpr = False,
 ):
+    """PART 0: block-input programs, then (WITH_POST) the post/comb programs in the grid's last
+    BLOCK_T // POST_BLOCK_T columns; PART 1: the block-input programs only; PART 2: the post/comb
+    programs only (grid column = sub-block), the launch that can run on a second stream."""
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     t_mask = offs_t < T
     pid_d = tl.program_id(1)
     lanes = tl.arange(0, HC_PAD)
     lane_ok = lanes < HC
     mix_row = offs_t * (NUM_SPLITS * N)
-    if pid_d < tl.cdiv(D, BLOCK_D):
+    if PART == 2:
+        _post_programs(mix_ptr, base_ptr, scale_ptr, post_ptr, comb_ptr, T, N, iters, pid_d, HC, HC_PAD, HC_EPS,
+                       NUM_SPLITS, SPLITS_PAD, BLOCK_T, USE_LIBDEVICE, POST_BLOCK_T, COMB_LANES)
+    elif pid_d < tl.cdiv(D, BLOCK_D):
+        if PREFETCH:  # the streams' rows of this block into L1, before the chain to `pre`
+            for i in tl.static_range(HC):
+                _prefetch_rows(x_ptr + i * stride_xh, offs_t, T, stride_xt, pid_d * BLOCK_D, D, BLOCK_D)
         # pre = sigmoid(m[:HC]·s0 + b[:HC]) + eps (fp64)  [BLOCK_T, HC_PAD]
         pm = _mix_values_2d(mix_ptr, mix_row[:, None] + lanes[None, :], t_mask[:, None] & lane_ok[None, :], N,
                             NUM_SPLITS, SPLITS_PAD)
@@ -234,16 +329,27 @@ def _hc_finish_kernel(
             x = tl.load(rows + i * stride_xh, mask=tile, other=0.0).to(tl.float32).to(tl.float64)
             acc += pre_i[:, None] * x
         _store_rounded(out_ptr + t64[:, None] * stride_ot + offs_d[None, :], acc, tile, OUT_BF16)
-    elif WITH_POST:
+    elif WITH_POST and PART == 0:
         # the extra programs per token block (the launcher's last BLOCK_T // POST_BLOCK_T grid
         # columns): post and comb of POST_BLOCK_T tokens each, beside the block-input programs
-        # rather than after one of them; a sub-block wholly past T has nothing to store
-        t0 = tl.program_id(0) * BLOCK_T + (pid_d - tl.cdiv(D, BLOCK_D)) * POST_BLOCK_T
-        if t0 < T:
-            offs_p = t0 + tl.arange(0, POST_BLOCK_T)
-            _post_and_comb(mix_ptr, base_ptr, scale_ptr, post_ptr, comb_ptr, offs_p, offs_p < T,
-                           offs_p * (NUM_SPLITS * N), N, iters,
-                           HC, HC_PAD, HC_EPS, NUM_SPLITS, SPLITS_PAD, USE_LIBDEVICE)
+        # rather than after one of them
+        _post_programs(mix_ptr, base_ptr, scale_ptr, post_ptr, comb_ptr, T, N, iters, pid_d - tl.cdiv(D, BLOCK_D),
+                       HC, HC_PAD, HC_EPS, NUM_SPLITS, SPLITS_PAD, BLOCK_T, USE_LIBDEVICE, POST_BLOCK_T, COMB_LANES)
+
+
+@triton.jit
+def _post_programs(mix_ptr, base_ptr, scale_ptr, post_ptr, comb_ptr, T, N, iters, sub,
+                   HC: tl.constexpr, HC_PAD: tl.constexpr, HC_EPS: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                   SPLITS_PAD: tl.constexpr, BLOCK_T: tl.constexpr, USE_LIBDEVICE: tl.constexpr,
+                   POST_BLOCK_T: tl.constexpr, COMB_LANES: tl.constexpr):
+    """Post and comb of the token block's POST_BLOCK_T-token sub-block `sub`; a sub-block wholly
+    past T has nothing to store."""
+    t0 = tl.program_id(0) * BLOCK_T + sub * POST_BLOCK_T
+    if t0 < T:
+        offs_p = t0 + tl.arange(0, POST_BLOCK_T)
+        _post_and_comb(mix_ptr, base_ptr, scale_ptr, post_ptr, comb_ptr, t0, offs_p, offs_p < T,
+                       offs_p * (NUM_SPLITS * N), N, iters,
+                       HC, HC_PAD, HC_EPS, NUM_SPLITS, SPLITS_PAD, USE_LIBDEVICE, COMB_LANES)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -251,7 +357,7 @@ def _hc_post_kernel(
     f_ptr, a_ptr, x_ptr, post_ptr, comb_ptr, out_ptr, T, D,
     stride_ft, stride_at, stride_xt, stride_xh, stride_ot, stride_oh,
     HC: tl.constexpr, HC_PAD: tl.constexpr, BLOCK_D: tl.constexpr, OUT_BF16: tl.constexpr,
-    HAS_ADDEND: tl.constexpr,
+    HAS_ADDEND: tl.constexpr, PREFETCH: tl.constexpr = False,
 ):
     t = tl.program_id(0)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -259,6 +365,14 @@ def _hc_post_kernel(
     lanes = tl.arange(0, HC_PAD)  # j, the output stream
     lane_ok = lanes < HC
     t64 = t.to(tl.int64)
+    if PREFETCH:  # every row this program reads into L1 first (3.6 issued some loads mid-chain)
+        one = tl.arange(0, 1)
+        d0 = tl.program_id(1) * BLOCK_D
+        _prefetch_rows(f_ptr + t64 * stride_ft, one, 1, 0, d0, D, BLOCK_D)
+        if HAS_ADDEND:
+            _prefetch_rows(a_ptr + t64 * stride_at, one, 1, 0, d0, D, BLOCK_D)
+        _prefetch_rows(x_ptr + t64 * stride_xt, lanes, HC, stride_xh, d0, D, BLOCK_D)
+        _prefetch_rows(comb_ptr + t * (HC * HC), one, 1, 0, 0, HC * HC, HC_PAD * HC_PAD)
     f = tl.load(f_ptr + t64 * stride_ft + offs_d, mask=d_mask, other=0.0).to(tl.float32)
     if HAS_ADDEND:  # F = (F + A) in fp32, rounded to the stream dtype: the twin's torch add and cast
         f += tl.load(a_ptr + t64 * stride_at + offs_d, mask=d_mask, other=0.0).to(tl.float32)

@@ -8,6 +8,18 @@ the whole Sinkhorn in registers, one post/comb program per token), hc_head 3 (th
 post/comb), hc_post 1. Every launch parameter is a function of (hc, D, number of mixes) only, never of the token count, so a token's
 result does not depend on the batch; nothing here reads a device value on the host (CUDA-graph
 capture). Runs on CUDA tensors, or anywhere under TRITON_INTERPRET=1 (the test suite).
+
+Decode latency (session 7; the sm_90 SASS of the device's Triton 3.6 build): the kernels move
+almost no bytes, so their time is dependent chains. Two changes keep every value's bits:
+* L1 prefetches at the top of the mix, finish (block input) and hc_post programs: 3.6 issued the
+  mix kernel's 16 K-steps' loads one step at a time after the rho chain, so each step waited for
+  a memory round trip;
+* comb with one element a thread (`_comb_lanes`, hc <= 4): 3.6 gave each thread a whole column,
+  so each Sinkhorn half-step ran 4 fp64 divisions in a row (156 for 20 iterations).
+`MXSERVE_HC_OLD_KERNELS=1` (read at every call) launches the kernels exactly as before, for A/B
+runs in one process. `MXSERVE_HC_SIDE_STREAM=1` (CUDA only, off until measured) launches the
+post/comb programs of `hc_pre` on a second stream, beside the block that follows, and
+`hc_post_triton` joins it first: in a decode step the Sinkhorn then leaves the critical path.
 """
 
 from __future__ import annotations
@@ -25,6 +37,11 @@ from mxserve.kernels.hyper_connection._hc_kernel import (
 )
 from mxserve.kernels.hyper_connection.chooser import MAX_HC
 from mxserve.kernels.hyper_connection.reference import HyperConnectionWeights
+from mxserve.kernels.hyper_connection.side_stream import (
+    join_side_stream,
+    side_stream_enabled,
+    side_stream_fork,
+)
 
 STREAM_DTYPES = (torch.float32, torch.bfloat16)
 
@@ -51,9 +68,10 @@ NUM_WARPS = {"sumsq": 4, "mix": 8, "finish": 4, "post": 4}
 FP_FUSION = {"sumsq": True, "mix": True, "finish": False, "post": False}
 
 
-def launch_constexprs(hc: int, dim: int, num_mixes: int, *, interpreter: bool) -> dict[str, dict]:
+def launch_constexprs(hc: int, dim: int, num_mixes: int, *, interpreter: bool, old: bool = False) -> dict[str, dict]:
     """Kernel name → its shape constexprs for (hc, D, N): what the launchers pass (and what
-    `tests/kernels/hyper_connection/sm90_compile.py` compiles). Never a function of T."""
+    `tests/kernels/hyper_connection/sm90_compile.py` compiles). Never a function of T. `old`: the
+    kernels as they were before session 7 (no prefetch, comb in the register tile)."""
     k = hc * dim
     num_splits = triton.cdiv(k, SPLIT_K)
     block_n = triton.next_power_of_2(num_mixes)
@@ -61,19 +79,31 @@ def launch_constexprs(hc: int, dim: int, num_mixes: int, *, interpreter: bool) -
     block_d = min(BLOCK_D, triton.next_power_of_2(dim))
     hc_pad = triton.next_power_of_2(hc)
     splits_pad = triton.next_power_of_2(num_splits)
+    prefetch = not interpreter and not old  # inline PTX: the interpreter cannot run it
+    comb_lanes = not old and hc_pad == 4 and FINISH_POST_BLOCK_T == 1
     return {
         "sumsq": dict(NUM_SPLITS=num_splits, SPLIT_K=SPLIT_K, BLOCK_T=SUMSQ_BLOCK_T, BLOCK_K=SUMSQ_BLOCK_K),
         "mix": dict(NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, SPLIT_K=SPLIT_K, BLOCK_T=MIX_BLOCK_T, BLOCK_N=block_n,
-                    BLOCK_K=max(16, min(SPLIT_K, tile // (MIX_BLOCK_T * block_n)))),
+                    BLOCK_K=max(16, min(SPLIT_K, tile // (MIX_BLOCK_T * block_n))), PREFETCH=prefetch),
         "finish": dict(HC=hc, HC_PAD=hc_pad, NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, BLOCK_T=FINISH_BLOCK_T,
-                       BLOCK_D=block_d, POST_BLOCK_T=FINISH_POST_BLOCK_T),
-        "post": dict(HC=hc, HC_PAD=hc_pad, BLOCK_D=block_d),
+                       BLOCK_D=block_d, POST_BLOCK_T=FINISH_POST_BLOCK_T, PREFETCH=prefetch, COMB_LANES=comb_lanes),
+        "post": dict(HC=hc, HC_PAD=hc_pad, BLOCK_D=block_d, PREFETCH=prefetch),
     }
 # -------------------------------------------------------------------------------------------------
 
 
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def old_kernels() -> bool:
+    """MXSERVE_HC_OLD_KERNELS=1: launch the kernels as before session 7 (read at every call, so
+    one process can time both)."""
+    return os.environ.get("MXSERVE_HC_OLD_KERNELS", "0") == "1"
+
+
+def _constexprs(hc: int, dim: int, num_mixes: int) -> dict[str, dict]:
+    return launch_constexprs(hc, dim, num_mixes, interpreter=interpreting(), old=old_kernels())
 
 
 def _check_device(t: torch.Tensor, op: str) -> None:
@@ -111,7 +141,7 @@ def _mix_partials(streams: torch.Tensor, fn: torch.Tensor, rms_eps: float) -> to
     [T, S, N] fp64. Two launches (sums of squares, then the mixes)."""
     num_tokens, hc, dim = streams.shape
     k, n = hc * dim, fn.shape[0]
-    consts = launch_constexprs(hc, dim, n, interpreter=interpreting())
+    consts = _constexprs(hc, dim, n)
     num_splits = consts["sumsq"]["NUM_SPLITS"]
     sumsq = torch.empty((num_tokens, num_splits), dtype=torch.float64, device=streams.device)
     _hc_sumsq_kernel[(triton.cdiv(num_tokens, SUMSQ_BLOCK_T), num_splits)](
@@ -126,24 +156,34 @@ def _mix_partials(streams: torch.Tensor, fn: torch.Tensor, rms_eps: float) -> to
 
 
 def _finish(streams: torch.Tensor, mixes: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, *, hc_eps: float,
-            sinkhorn_iters: int, with_post: bool):
-    """The finish launch: (block input, post, comb); post/comb are placeholders without `with_post`."""
+            sinkhorn_iters: int, with_post: bool, split_launch: bool = False,
+            post_dtype: torch.dtype = torch.float32):
+    """The finish launch: (block input, post, comb); post/comb are placeholders without `with_post`.
+    With the side stream on (or `split_launch`, for the tests) post/comb are a launch of their own.
+    `post_dtype` float64: post and comb before their fp32 rounding (the GPU test of the orders)."""
     num_tokens, hc, dim = streams.shape
     out = torch.empty((num_tokens, dim), dtype=streams.dtype, device=streams.device)
     if with_post:
-        post = torch.empty((num_tokens, hc), dtype=torch.float32, device=streams.device)
-        comb = torch.empty((num_tokens, hc, hc), dtype=torch.float32, device=streams.device)
+        post = torch.empty((num_tokens, hc), dtype=post_dtype, device=streams.device)
+        comb = torch.empty((num_tokens, hc, hc), dtype=post_dtype, device=streams.device)
     else:
         post = comb = out  # unused pointer slots (WITH_POST=False)
-    consts = launch_constexprs(hc, dim, mixes.shape[2], interpreter=interpreting())["finish"]
+    consts = _constexprs(hc, dim, mixes.shape[2])["finish"]
     num_post = FINISH_BLOCK_T // FINISH_POST_BLOCK_T if with_post else 0  # post/comb programs per token block
-    grid = (triton.cdiv(num_tokens, FINISH_BLOCK_T), triton.cdiv(dim, consts["BLOCK_D"]) + num_post)
-    _hc_finish_kernel[grid](
-        streams, mixes, base, scale, out, post, comb,
-        num_tokens, dim, mixes.shape[2], int(sinkhorn_iters), streams.stride(0), streams.stride(1), out.stride(0),
-        HC_EPS=float(hc_eps), WITH_POST=with_post, OUT_BF16=streams.dtype == torch.bfloat16,
-        USE_LIBDEVICE=not interpreting(), **consts, **_launch_opts("finish"),
-    )
+    num_d = triton.cdiv(dim, consts["BLOCK_D"])
+    args = (streams, mixes, base, scale, out, post, comb,
+            num_tokens, dim, mixes.shape[2], int(sinkhorn_iters), streams.stride(0), streams.stride(1), out.stride(0))
+    kwargs = dict(HC_EPS=float(hc_eps), WITH_POST=with_post, OUT_BF16=streams.dtype == torch.bfloat16,
+                  USE_LIBDEVICE=not interpreting(), **consts, **_launch_opts("finish"))
+    token_blocks = triton.cdiv(num_tokens, FINISH_BLOCK_T)
+    if with_post and (split_launch or (side_stream_enabled(streams) and not old_kernels())):
+        # post/comb in a launch of their own (PART 2; on the side stream when it is on), then the
+        # block input (PART 1): the same programs as PART 0's grid, so the same bits
+        with side_stream_fork(streams.device, keep=(mixes, base, scale, post, comb), on=not old_kernels()):
+            _hc_finish_kernel[(token_blocks, num_post)](*args, PART=2, **kwargs)
+        _hc_finish_kernel[(token_blocks, num_d)](*args, PART=1, **kwargs)
+    else:
+        _hc_finish_kernel[(token_blocks, num_d + num_post)](*args, PART=0, **kwargs)
     return out, post, comb
 
 
@@ -190,6 +230,7 @@ def hc_post_triton(block_out: torch.Tensor, streams: torch.Tensor, post: torch.T
     (with `addend`, F = (block_out + addend) rounded to the streams' dtype, inside the launch when
     both are fp32). One launch."""
     num_tokens, hc, dim = _check_streams(streams, "hc_post")
+    join_side_stream(streams.device)  # post/comb may come from hc_pre's side-stream launch: wait first
     if addend is not None and (block_out.dtype != torch.float32 or addend.dtype != torch.float32):
         # torch's promotion rules for other dtypes are not the kernel's fp32 add: the twin's ops
         block_out, addend = (block_out + addend).to(streams.dtype), None
@@ -207,7 +248,7 @@ def hc_post_triton(block_out: torch.Tensor, streams: torch.Tensor, post: torch.T
     out = torch.empty_like(streams)
     if num_tokens == 0:
         return out
-    consts = launch_constexprs(hc, dim, (2 + hc) * hc, interpreter=interpreting())["post"]
+    consts = _constexprs(hc, dim, (2 + hc) * hc)["post"]
     _hc_post_kernel[(num_tokens, triton.cdiv(dim, consts["BLOCK_D"]))](
         block_out, block_out if addend is None else addend, streams, post, comb, out, num_tokens, dim,
         block_out.stride(0), 0 if addend is None else addend.stride(0), streams.stride(0), streams.stride(1),

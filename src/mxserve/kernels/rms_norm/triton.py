@@ -18,6 +18,13 @@ from mxserve.kernels.rms_norm._rms_norm_kernel import _rms_norm_kernel
 MAX_DIM = 65536
 
 
+def _prefetch() -> bool:
+    """L1 prefetch of the row and weight (inline PTX: not under the interpreter); off with the hc
+    kernels' A/B switch MXSERVE_HC_OLD_KERNELS=1 (read at every call)."""
+    return (os.environ.get("TRITON_INTERPRET", "0") != "1"
+            and os.environ.get("MXSERVE_HC_OLD_KERNELS", "0") != "1")
+
+
 def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """See `rms_norm` (the twin): x [..., D], weight [D] → x's dtype and shape."""
     if x.dtype not in (torch.float32, torch.bfloat16) or x.dim() == 0:
@@ -39,6 +46,6 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
         _rms_norm_kernel[(rows.shape[0],)](
             rows, weight.contiguous(), out, dim, rows.stride(0), out.stride(0), EPS=float(eps), BLOCK=block,
             USE_LIBDEVICE=os.environ.get("TRITON_INTERPRET", "0") != "1", OUT_BF16=x.dtype == torch.bfloat16,
-            num_warps=4,
+            PREFETCH=_prefetch(), num_warps=4,
         )
     return out.view(x.shape)
