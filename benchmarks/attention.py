@@ -19,8 +19,8 @@ Sections:
 4. ab (`--ab VARIANT ...`, session 7): the sparse attention alone at Flash shapes (4K: CSA = window
    128 + top-512, HCA = window 128 + 32 entries), batch 1, 8, 64, per kernel variant ("pieces" =
    the session-5 kernels; "halves" = the launcher's default, split mode below 32 tokens, fold mode
-   from 32; "halves-split"/"halves-fold" force a mode; "-fold2", "-split1", "-stages2" change one
-   launch parameter): us per call (CUDA-graph replay of the same inputs, median of 20, L2-warm as
+   from 32; "halves-split"/"halves-fold" force a mode; "-fold2", "-split1", "-stages2", "-nopdl"
+   change one launch parameter): us per call (CUDA-graph replay of the same inputs, median of 20, L2-warm as
    in sessions 4-6), TFLOP/s (4 flops per head, key and channel), error vs "pieces", and whether
    the output has the default "halves" bits (every halves variant must: same partials, same fold).
 Not here (see the report): CUDA-graph capture of the decode step, the end-to-end tok/s vs
@@ -385,7 +385,7 @@ def ab_params(variant: str, heads: int):
     base = launcher.halves_params(launcher.launch_params(EntryMode.DS_MLA, heads, 512))
     changes = {"halves": {}, "halves-split": {"fold_min_tokens": 1 << 30}, "halves-fold": {"fold_min_tokens": 1},
                "halves-fold2": {"fold_ch_blocks": 2}, "halves-split1": {"split_ch_blocks": 1},
-               "halves-stages2": {"fold_stages": 2}}[variant]
+               "halves-stages2": {"fold_stages": 2}, "halves-nopdl": {"pdl": False}}[variant]
     return dataclasses.replace(base, **changes)
 
 
@@ -478,7 +478,7 @@ def main() -> None:
     ap.add_argument("--num-new", type=int, default=24)
     ap.add_argument("--skip", nargs="*", default=[], choices=["parity", "model", "bench"])
     ap.add_argument("--ab", nargs="*", default=None, help="only the sparse-attention A/B over these variants "
-                    "(pieces halves halves-split halves-fold halves-fold2 halves-split1 halves-stages2)")
+                    "(pieces halves halves-split halves-fold halves-fold2 halves-split1 halves-stages2 halves-nopdl)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("error: benchmarks/attention.py needs a CUDA GPU")

@@ -103,12 +103,14 @@ def main() -> None:
             consts = dict(DATA_BYTES=DS_MLA_DATA_BYTES, SCALE_BYTES=DS_MLA_SCALE_BYTES, BLOCK_H=halves.block_h,
                           BLOCK_K=halves.block_k, CH_BLOCKS=blocks, FOLD=fold,
                           STAGES=halves.fold_stages if fold else 1, DOT=halves.dot, Q_PIECES=q_pieces, ALIGNED=True,
-                          NATIVE_FP8=True)
+                          NATIVE_FP8=True, PDL=halves.pdl and not fold)
             reports.append(compile_report(f"halves {'fold' if fold else 'split'} x{blocks} q={q_type}",
                                           _sparse_attention_fold_kernel, consts, q_type, halves.num_warps))
     consts = dict(HEAD_DIM=HEAD_DIM, BLOCK_H=launcher.COMBINE_BLOCK_H, BLOCK_D=launcher.COMBINE_BLOCK_D,
-                  NUM_STAGES=launcher.COMBINE_NUM_STAGES)
+                  NUM_STAGES=launcher.COMBINE_NUM_STAGES, PDL=False)
     reports.append(compile_report("combine", _sparse_attention_combine_kernel, consts, "fp32",
+                                  launcher.COMBINE_NUM_WARPS))
+    reports.append(compile_report("combine PDL", _sparse_attention_combine_kernel, {**consts, "PDL": True}, "fp32",
                                   launcher.COMBINE_NUM_WARPS))
     sm90.print_reports(reports)
 

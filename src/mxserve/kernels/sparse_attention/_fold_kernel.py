@@ -179,10 +179,14 @@ def _sparse_attention_fold_kernel(
     num_chunks0, num_chunks, H, scale, stride_qt, stride_qh, stride_ot, stride_oh,
     DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
     CH_BLOCKS: tl.constexpr, FOLD: tl.constexpr, STAGES: tl.constexpr, DOT: tl.constexpr, Q_PIECES: tl.constexpr,
-    ALIGNED: tl.constexpr, NATIVE_FP8: tl.constexpr,
+    ALIGNED: tl.constexpr, NATIVE_FP8: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program = one token x BLOCK_H heads x one channel block (8 / CH_BLOCKS pieces of 64) x
-    (FOLD 0) one chunk, writing its partial, or (FOLD 1) every chunk, writing the output."""
+    (FOLD 0) one chunk, writing its partial, or (FOLD 1) every chunk, writing the output. PDL (split
+    mode): the combine kernel may launch once every program here has started (it waits for this
+    kernel's end before reading anything: `_sparse_attention_combine_kernel`)."""
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     PV_PIECES: tl.constexpr = 8 // CH_BLOCKS
     t = tl.program_id(0).to(tl.int64)
     pid1 = tl.program_id(1)

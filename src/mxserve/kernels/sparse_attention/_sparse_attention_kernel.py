@@ -100,9 +100,17 @@ def _sink_factor(m, l, sink):
 def _sparse_attention_combine_kernel(
     part_acc_ptr, part_ml_ptr, sink_ptr, out_ptr, num_chunks, H, stride_ot, stride_oh,
     HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, NUM_STAGES: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """One program = one token x BLOCK_H heads x BLOCK_D channels: fold the chunks, add the sink.
-    No chunks at all (both lists empty): the sink takes all mass, output 0."""
+    No chunks at all (both lists empty): the sink takes all mass, output 0.
+
+    PDL (the "halves" split mode): launched as a programmatic dependent launch of the partial
+    kernel, which lets it start once all its programs have; the program waits for the partial
+    kernel to finish and its stores to be visible (`griddepcontrol.wait`) before its first load, so
+    only the launch latency overlaps, never a read of the workspace. Same arithmetic, same bits."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     t = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     cols = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)

@@ -114,6 +114,7 @@ class LaunchParams:
     fold_ch_blocks: int = 4  # "halves", fold mode: programs per (token, head block), 2 or 4
     fold_min_tokens: int = 32  # "halves": fold mode from this many tokens on (the same bits either way)
     fold_stages: int = 1  # "halves", fold mode: software-pipeline stages of the chunk loop
+    pdl: bool = False  # "halves", split mode on a GPU: the combine as a programmatic dependent launch
 
 
 # "halves" on a GPU (session 7; gpu_s7_attn.sh times it against "pieces"), from sm_90 compiles with
@@ -124,8 +125,9 @@ class LaunchParams:
 # Split mode, 2 channel blocks: 40 programs for a batch-1 CSA layer (20 chunks), each with half
 # the p . v. Fold mode from 32 tokens: the split's workspace (128 KB per chunk and token) would be
 # 168 MB for 64 CSA rows; the fold holds a [64, 128] fp32 state per program instead.
+# PDL: the combine's launch latency overlaps the partial kernel (as the FP8 linear decode's does).
 HALVES_GPU = dict(kernel="halves", block_k=32, split_ch_blocks=2, fold_ch_blocks=4, fold_min_tokens=32,
-                  fold_stages=1)
+                  fold_stages=1, pdl=True)
 
 
 def halves_eligible(mode: EntryMode, head_dim: int) -> bool:
@@ -220,10 +222,11 @@ def _launch_halves(q, srcs, sink, scale, out, lp: LaunchParams, k0: int, k1: int
     if (ch_blocks not in (2, 4)) if fold else (ch_blocks not in (1, 2, 4)):
         raise ValueError(f"sparse_attention: {ch_blocks} channel blocks in {'fold' if fold else 'split'} mode")
     cb_h, cb_d = (lp.block_h, 512) if interpreting() else (COMBINE_BLOCK_H, COMBINE_BLOCK_D)
+    pdl = lp.pdl and not fold and not interpreting() and num_chunks > 0
     common = dict(DATA_BYTES=a0.data_bytes, SCALE_BYTES=a0.scale_bytes, BLOCK_H=lp.block_h, BLOCK_K=lp.block_k,
                   CH_BLOCKS=ch_blocks, FOLD=fold, STAGES=lp.fold_stages if fold else 1, DOT=lp.dot,
                   Q_PIECES=2 if q.dtype == torch.float32 else 1, ALIGNED=aligned, NATIVE_FP8=not interpreting(),
-                  num_warps=lp.num_warps)
+                  PDL=pdl, num_warps=lp.num_warps)
     step = num_tokens if fold else max(1, WORKSPACE_MAX_BYTES // max(1, num_chunks * num_heads * (head_dim + 2) * 4))
     for t0 in range(0, num_tokens, step):
         t1 = min(num_tokens, t0 + step)
@@ -244,6 +247,6 @@ def _launch_halves(q, srcs, sink, scale, out, lp: LaunchParams, k0: int, k1: int
         if not fold:
             _sparse_attention_combine_kernel[(t1 - t0, triton.cdiv(num_heads, cb_h), triton.cdiv(head_dim, cb_d))](
                 part_acc, part_ml, sink, outs, num_chunks, num_heads, outs.stride(0), outs.stride(1),
-                HEAD_DIM=head_dim, BLOCK_H=cb_h, BLOCK_D=cb_d, NUM_STAGES=COMBINE_NUM_STAGES,
-                num_warps=COMBINE_NUM_WARPS,
+                HEAD_DIM=head_dim, BLOCK_H=cb_h, BLOCK_D=cb_d, NUM_STAGES=COMBINE_NUM_STAGES, PDL=pdl,
+                num_warps=COMBINE_NUM_WARPS, **({"launch_pdl": True} if pdl else {}),
             )
