@@ -6,29 +6,32 @@ program runs 8 q.k dots and 16 p.v dots one after the other, each with its own s
 staging, barrier and wait, and loads the query piece by piece inside that chain (its sm_90 SASS
 shows each q piece's global load issued one dot ahead: an L2 round trip per dot). At batch 1 the
 launch is ~16 us whatever the tile (session 5's sweep: 17-28 us for 16-64 heads x 16-64 keys), a
-serial chain rather than work. Here a chunk is two *halves* of 256 channels: half 0 = NoPE groups
-0-3, half 1 = groups 4-6 + the BF16 RoPE channels, each gathered as one [K, 4, 64] tile (one
-UE8M0 scale per key and group, broadcast over the group: no per-channel scale work) and reshaped
-to [K, 256]. So q.k is 2 dots of depth 256 and p.v is one dot pair (hi + lo) per half, and the
-query is loaded once per program, before the chunk loads.
+serial chain rather than work. Here q.k works a chunk as two *halves* of 256 channels: half 0 =
+NoPE groups 0-3, half 1 = groups 4-6 + the BF16 RoPE channels, each gathered as one [K, 4, 64] tile
+(one UE8M0 scale per key and group, broadcast over the group: no per-channel scale work) and
+reshaped to [K, 256]: 2 dots of depth 256. p.v stays in 64-channel pieces (a fresh [BLOCK_H, 64]
+partial per piece is what the fold below merges, so the fp32 state and the partial fit in
+registers together), gathered again (from L1/L2) with the halves, before the first product. The
+query is loaded once per program, first, and goes to shared memory once (a fold loop keeps it).
 
 The fold (`_sparse_attention_kernel` states it; the same here): a token's state is the left fold of
 its chunks' partials (m, l, acc) in ascending chunk order, starting from the first partial as it
 is, merged by `_merge_weights` with the rounding written out; then the sink. Two launch modes, one
-chunk code (`_chunk`), so the same partial bits:
+chunk code, so the same partial bits:
 - split (FOLD=0): one program per (token, head block, channel block, chunk) writes the chunk's
   partial to the workspace; `_sparse_attention_combine_kernel` folds them (many programs for few
   tokens: decode at small batch).
 - fold (FOLD=1): one program per (token, head block, channel block) folds all its chunks in
   registers with the combine's own merge and writes the output (no workspace, one launch: large
-  batches, where the split's workspace traffic, 128 KB per 64-key chunk, was the cost).
+  batches, where the split's workspace traffic, 128 KB per chunk and token, was the cost).
 Both fold the same partials in the same order with the same operations, so a row's output is the
 same bits in either mode, and the launcher may choose the mode by batch size without breaking
 batch invariance (the tests compare the two modes bit for bit).
 
-Channel blocks (CH_BLOCKS): 2 = each program accumulates p.v for one half only (both programs
-compute the same q.k: twice the q.k work, half the accumulator registers and twice the programs);
-1 = one program accumulates both halves. A channel of the output is the same bits either way.
+Channel blocks (CH_BLOCKS, 1, 2 or 4; the fold takes 2 or 4): each program accumulates p.v for
+8 / CH_BLOCKS pieces; every program of a chunk computes the same q.k (CH_BLOCKS copies of the q.k
+work, for fewer accumulator registers and more programs). A channel of the output is the same bits
+whichever block computes it; the first block alone writes m and l in split mode.
 
 DOT: 0 = fp32 product-and-sum (the interpreter); 1 = bf16 tensor cores on exact bf16 entries, the
 query split hi + lo for fp32 queries (Q_PIECES = 2) and the probabilities always.
