@@ -34,7 +34,15 @@ echo "exit $?"; grep -E "^(FAILED|ERROR)|passed|failed|Error" "$R/attn_gpu_tests
 
 stamp "B: A/B, us per call (TFLOP/s at b64); BITS! = not the default halves bits, ERR! = > 2e-4 vs pieces"
 timeout -s INT 36 python3 benchmarks/attention.py --ab pieces halves halves-split halves-fold2 halves-nopdl --contexts 4096 \
-    --batches 1 8 64 --out "$R/attn_ab.json" > "$R/attn_ab.log" 2>&1
+    --batches 64 1 8 --out "$R/attn_ab.json" > "$R/attn_ab.log" 2>&1
 echo "exit $?"; sed -n '/^variant |/,/^total/p' "$R/attn_ab.log" | head -n 8 | cut -c1-250
+grep -q '^variant |' "$R/attn_ab.log" || python3 - "$R/attn_ab.log" <<'EOF' | head -n 16  # cut short: rows so far
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith('{"kernel": "ab_'):
+        r = json.loads(line)
+        print(r["kernel"], r["batch"], r["variant"], round(r.get("us", -1), 1), round(r.get("TFLOPs") or 0),
+              r.get("rel_err_vs_pieces"), r.get("same_bits_as_halves"), r.get("error", "")[:80])
+EOF
 grep -E '"error"|^ERRORS' "$R/attn_ab.log" | head -n 3 | cut -c1-240
 stamp "attn done"
