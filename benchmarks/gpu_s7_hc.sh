@@ -26,7 +26,7 @@
 #
 # Prediction (written before the run). Model: fp64 division ~115 cycles (MUFU.RCP64H + 8 dependent
 # DFMA + branch), shuffle ~25, DADD ~8, 1.98 GHz; old Sinkhorn 39 x (4 div + sums) ~ 10 us, new
-# 39 x (1 div + 2 shuffle levels + 4 DADD) ~ 4.2 us; session-6 profile: finish ~13, mix 4.3, post 3.3,
+# 39 x (1 div + 1-2 shuffle levels + 4-5 DADD) ~ 3.8 us; session-6 profile: finish ~13, mix 4.3, post 3.3,
 # sumsq 1.2, rms 3.7 us a call; graph replay adds ~0.7 us a launch.
 #   A: all pass, the fp64 comparisons included (the twin check is "in practice": a 1-ulp mix flip has
 #      probability ~1e-4 here).

@@ -175,8 +175,8 @@ def _sums_kernel(c_ptr, rows_ptr, cols_ptr):
     ii = tl.arange(0, 4)[:, None]
     jj = tl.arange(0, 4)[None, :]
     c = tl.load(c_ptr + ii * 4 + jj)
-    tl.store(rows_ptr + tl.arange(0, 4), hk._row_sums4(c, jj))
-    tl.store(cols_ptr + tl.arange(0, 4), hk._col_sums4(c, ii))
+    tl.store(rows_ptr + ii * 4 + jj, hk._row_sums4(c, jj)[:, None] + tl.zeros_like(c))  # [i, j]: row i's sum
+    tl.store(cols_ptr + ii * 4 + jj, hk._col_sums4(c))  # [i, j]: column j's sum
 
 
 def test_comb_sums_run_in_their_documented_orders():
@@ -188,10 +188,11 @@ def test_comb_sums_run_in_their_documented_orders():
     c[:, 3] = torch.tensor([0.0, 1.0, -1.0, tiny])  # column 3: in order tiny, butterfly 0
     device = "cuda" if torch.cuda.is_available() and not ht.interpreting() else "cpu"
     c = c.to(device)
-    rows, cols = torch.empty(4, dtype=torch.float64, device=device), torch.empty(4, dtype=torch.float64, device=device)
+    rows, cols = torch.empty_like(c), torch.empty_like(c)
     _sums_kernel[(1,)](c, rows, cols)
     v = c.cpu().tolist()
     want_rows = [(r[0] + r[2]) + (r[1] + r[3]) for r in v]
     want_cols = [((v[0][j] + v[1][j]) + v[2][j]) + v[3][j] for j in range(4)]
     assert want_rows[0] == tiny and want_cols[3] == tiny  # the orders matter here
-    assert rows.cpu().tolist() == want_rows and cols.cpu().tolist() == want_cols, (rows, cols)
+    assert rows.cpu().tolist() == [[want_rows[i]] * 4 for i in range(4)], rows
+    assert cols.cpu().tolist() == [want_cols] * 4, cols

@@ -195,17 +195,27 @@ def _pick(x, idx, k, AXIS: tl.constexpr):
 
 
 @triton.jit
+def _take(x, k, AXIS: tl.constexpr):
+    """x's slice k along AXIS, broadcast back along AXIS: a gather, so it moves values and changes
+    none (on sm_90 one round of warp shuffles in `_comb_lanes`' layout)."""
+    return tl.gather(x, tl.full(x.shape, k, tl.int32), axis=AXIS)
+
+
+@triton.jit
 def _row_sums4(c, jj):
     """Σ_j c[i, j] over 4 columns as (c0 + c2) + (c1 + c3): the butterfly that the sm_90 build's
-    4-lane reduction over j does (shuffle xor 2, then xor 1)."""
+    4-lane reduction over j did (shuffle xor 2, then xor 1). [4] over i.
+
+    Picked with masked sums, not gathered: a gather along j wants another layout than the one
+    along i (Triton 3.6 converted between them twice an iteration)."""
     return (_pick(c, jj, 0, 1) + _pick(c, jj, 2, 1)) + (_pick(c, jj, 1, 1) + _pick(c, jj, 3, 1))
 
 
 @triton.jit
-def _col_sums4(c, ii):
-    """Σ_i c[i, j] over 4 rows as ((c0 + c1) + c2) + c3: the in-thread order of the sm_90 build
-    at Flash shapes (Triton 3.6 put i in one thread's registers there)."""
-    return ((_pick(c, ii, 0, 0) + _pick(c, ii, 1, 0)) + _pick(c, ii, 2, 0)) + _pick(c, ii, 3, 0)
+def _col_sums4(c):
+    """Σ_i c[i, j] over 4 rows, in every (i, j), as ((c0 + c1) + c2) + c3: the in-thread order of
+    the sm_90 build at Flash shapes (Triton 3.6 put i in one thread's registers there)."""
+    return ((_take(c, 0, 0) + _take(c, 1, 0)) + _take(c, 2, 0)) + _take(c, 3, 0)
 
 
 @triton.jit
@@ -218,15 +228,15 @@ def _comb_lanes(cm, base_ptr, scratch_ptr, s2, iters, HC: tl.constexpr, HC_EPS: 
     (each a MUFU.RCP64H, 8 dependent DFMAs and a slow-path branch), 156 in a row for 20 iterations.
     Here `cm` goes through the token's own comb row in global memory (exact: it is an fp32 value)
     and comes back loaded through scrambled offsets, so no load is vectorised and each thread
-    holds one element: one division a thread per half-step. The reductions are written out in the
-    orders that build used (rows `_row_sums4`, columns `_col_sums4`; max is order-free), so the
-    same fp64 operations run in the same order and comb keeps its bits, under any layout."""
+    holds one element: one division a thread per half-step (a column reaches every thread of it
+    by one round of shuffles, a row by a 2-step butterfly). The sums are written out in the orders that
+    build used (rows `_row_sums4`, columns `_col_sums4`; max is order-free), so the same fp64
+    operations run in the same order and comb keeps its bits, under any layout."""
     eps = tl.full([], HC_EPS, tl.float64)
     lanes = tl.arange(0, 4)
     lane_ok = lanes < HC
-    ii = lanes[:, None]
     jj = lanes[None, :]
-    ij = ii * HC + jj
+    ij = lanes[:, None] * HC + jj
     ok_ij = lane_ok[:, None] & lane_ok[None, :]
     tl.store(scratch_ptr + ij[None, :, :], cm.to(scratch_ptr.dtype.element_ty), mask=ok_ij[None, :, :])
     tl.debug_barrier()  # the stores above are visible to every thread of the program
@@ -239,10 +249,10 @@ def _comb_lanes(cm, base_ptr, scratch_ptr, s2, iters, HC: tl.constexpr, HC_EPS: 
     e = tl.where(ok_ij, _exp_f64(logits - row_max[:, None], USE_LIBDEVICE), 0.0)
     row_sum = tl.where(lane_ok, _row_sums4(e, jj), 1.0)
     comb = tl.where(ok_ij, e / row_sum[:, None] + eps, 0.0)  # softmax over j, + eps
-    comb = comb / (_col_sums4(comb, ii)[None, :] + eps)  # column normalise once
+    comb = comb / (_col_sums4(comb) + eps)  # column normalise once
     for _ in range(1, iters):
         comb = comb / (_row_sums4(comb, jj)[:, None] + eps)  # rows
-        comb = comb / (_col_sums4(comb, ii)[None, :] + eps)  # columns
+        comb = comb / (_col_sums4(comb) + eps)  # columns
     tl.debug_barrier()  # every thread has read its `cm` back before the first comb store lands
     tl.store(scratch_ptr + ij, comb.to(scratch_ptr.dtype.element_ty), mask=ok_ij)
 

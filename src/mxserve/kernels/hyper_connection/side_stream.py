@@ -45,7 +45,9 @@ def side_stream_fork(device: torch.device, *, keep: tuple[torch.Tensor, ...], on
     index = device.index if device.index is not None else torch.cuda.current_device()
     side = _side_streams.get(index)
     if side is None:  # created at the first (eager, warm-up) call, not inside a graph capture
-        side = _side_streams[index] = torch.cuda.Stream(device=index)
+        # high priority: its one CTA a token block is dispatched as soon as an SM has room beside
+        # the block's kernels, so it is done before hc_post needs it
+        side = _side_streams[index] = torch.cuda.Stream(device=index, priority=-1)
     side.wait_stream(torch.cuda.current_stream(index))
     _held.setdefault(index, []).extend(keep)
     with torch.cuda.stream(side):
