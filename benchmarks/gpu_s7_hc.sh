@@ -11,7 +11,10 @@
 #   2. L1 prefetches (`prefetch.global.L1`) at the top of the mix, finish and hc_post programs and
 #      the RMS norm: 3.6 issued the mix kernel's 16 K-steps' loads one step at a time, after the rho
 #      chain (16 memory round trips in a row), the norm's loop one block at a time;
-#   3. MXSERVE_HC_SIDE_STREAM=1 (off by default): hc_pre's post/comb programs on a second stream
+#   3. early start (PDL): mix and finish (and the RMS norm) are programmatic dependent launches; sumsq,
+#      mix, finish and the norm signal at their start, so each launch's start-up overlaps the previous
+#      kernel (reads/stores of the predecessor's outputs only after griddepcontrol.wait);
+#   4. MXSERVE_HC_SIDE_STREAM=1 (off by default): hc_pre's post/comb programs on a second stream
 #      beside the block, joined by hc_post (a graph branch + join edge).
 #   MXSERVE_HC_OLD_KERNELS=1 launches the kernels as before (A/B in one process); the old variant's
 #   SASS is instruction-for-instruction the HEAD kernels' (Triton 3.6, both model shapes).
@@ -31,12 +34,13 @@
 #   A: all pass, the fp64 comparisons included (the twin check is "in practice": a 1-ulp mix flip has
 #      probability ~1e-4 here).
 #   B, T=1 (us a call)    old      new              why
-#      hc_pre              ~20     ~12 (9-15)       Sinkhorn 156 -> 39 serial divisions, mix prefetch
-#      hc_pre 1 iter       ~10.5   ~8.5             (hc_pre - this) / 19: old ~0.52, new ~0.22 an iteration
-#      hc_post             ~4.5    ~3.5
-#      hc_head             ~8      ~6.5             prefetch only
-#      rms_norm            ~4.5    ~3.3             prefetch only
-#      layer - block       ~30     ~20; new+side ~16 (11-19): post/comb hidden beside the block
+#      hc_pre              ~20     ~11 (8-14)       Sinkhorn 156 -> 39 serial divisions (-6), mix
+#                                                   prefetch (-1.5), 2 early starts (-1)
+#      hc_pre 1 iter       ~10.5   ~7.5             (hc_pre - this) / 19: old ~0.52, new ~0.19 an iteration
+#      hc_post             ~4.5    ~3.5             prefetch
+#      hc_head             ~8      ~5.5             prefetch, 2 early starts
+#      rms_norm            ~4.5    ~2.5             prefetch; back-to-back norms overlap (early start)
+#      layer - block       ~30     ~18; new+side ~14 (10-18): post/comb hidden beside the block
 #   B, T=8: each row within ~15% of T=1 (same chains; the mix runs 2 token blocks).
 #   If prefetch.global.L1 turned out to be ignored by the H200, hc_post/hc_head/rms_norm stay at
 #   "old" and hc_pre gains only the Sinkhorn part (~6 us).

@@ -101,7 +101,10 @@ def _store_rounded(ptr, acc, mask, OUT_BF16: tl.constexpr):
 def _hc_sumsq_kernel(
     x_ptr, sumsq_ptr, T, K, stride_xt,
     NUM_SPLITS: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    if PDL:  # the mix launch may start now (it waits for this grid's end before reading anything of it)
+        tl.extra.cuda.gdc_launch_dependents()
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     split = tl.program_id(1)
     t_mask = offs_t < T
@@ -131,14 +134,18 @@ def _hc_mix_kernel(
     x_ptr, fn_ptr, sumsq_ptr, mix_ptr, T, K, N, stride_xt, stride_fn,
     RMS_EPS: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, SPLIT_K: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_LIBDEVICE: tl.constexpr,
-    PREFETCH: tl.constexpr = False,
+    PREFETCH: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
+    if PDL:  # "Early start" in triton.py: the finish launch may start now
+        tl.extra.cuda.gdc_launch_dependents()
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     split = tl.program_id(1)
     t_mask = offs_t < T
     if PREFETCH:  # this split of fn's rows and of the tokens' rows into L1, before the rho chain
         _prefetch_rows(fn_ptr, tl.arange(0, BLOCK_N), N, stride_fn, split * SPLIT_K, K, SPLIT_K)
         _prefetch_rows(x_ptr, offs_t, T, stride_xt, split * SPLIT_K, K, SPLIT_K)
+    if PDL:  # the sums of squares are the previous launch's: nothing of it is read before this
+        tl.extra.cuda.gdc_wait()
     # rho of each token: the sum of its sum-of-squares partials (one tile, a fixed reduction
     # tree), mean, + eps, 1/sqrt, → fp32
     splits = tl.arange(0, SPLITS_PAD)
@@ -305,10 +312,13 @@ def _hc_finish_kernel(
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WITH_POST: tl.constexpr, OUT_BF16: tl.constexpr,
     USE_LIBDEVICE: tl.constexpr, POST_BLOCK_T: tl.constexpr,
     PART: tl.constexpr = 0, PREFETCH: tl.constexpr = False, COMB_LANES: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """PART 0: block-input programs, then (WITH_POST) the post/comb programs in the grid's last
     BLOCK_T // POST_BLOCK_T columns; PART 1: the block-input programs only; PART 2: the post/comb
     programs only (grid column = sub-block), the launch that can run on a second stream."""
+    if PDL:  # "Early start" in triton.py: the next launch (the block's RMS norm) may start now
+        tl.extra.cuda.gdc_launch_dependents()
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     t_mask = offs_t < T
     pid_d = tl.program_id(1)
@@ -316,12 +326,16 @@ def _hc_finish_kernel(
     lane_ok = lanes < HC
     mix_row = offs_t * (NUM_SPLITS * N)
     if PART == 2:
+        if PDL:  # the mixes are the previous launch's (a no-op on the side stream: a full dependency)
+            tl.extra.cuda.gdc_wait()
         _post_programs(mix_ptr, base_ptr, scale_ptr, post_ptr, comb_ptr, T, N, iters, pid_d, HC, HC_PAD, HC_EPS,
                        NUM_SPLITS, SPLITS_PAD, BLOCK_T, USE_LIBDEVICE, POST_BLOCK_T, COMB_LANES)
     elif pid_d < tl.cdiv(D, BLOCK_D):
         if PREFETCH:  # the streams' rows of this block into L1, before the chain to `pre`
             for i in tl.static_range(HC):
                 _prefetch_rows(x_ptr + i * stride_xh, offs_t, T, stride_xt, pid_d * BLOCK_D, D, BLOCK_D)
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         # pre = sigmoid(m[:HC]·s0 + b[:HC]) + eps (fp64)  [BLOCK_T, HC_PAD]
         pm = _mix_values_2d(mix_ptr, mix_row[:, None] + lanes[None, :], t_mask[:, None] & lane_ok[None, :], N,
                             NUM_SPLITS, SPLITS_PAD)
@@ -340,6 +354,8 @@ def _hc_finish_kernel(
             acc += pre_i[:, None] * x
         _store_rounded(out_ptr + t64[:, None] * stride_ot + offs_d[None, :], acc, tile, OUT_BF16)
     elif WITH_POST and PART == 0:
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         # the extra programs per token block (the launcher's last BLOCK_T // POST_BLOCK_T grid
         # columns): post and comb of POST_BLOCK_T tokens each, beside the block-input programs
         # rather than after one of them

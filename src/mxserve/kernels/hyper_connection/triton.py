@@ -16,6 +16,12 @@ almost no bytes, so their time is dependent chains. Two changes keep every value
   a memory round trip;
 * comb with one element a thread (`_comb_lanes`, hc <= 4): 3.6 gave each thread a whole column,
   so each Sinkhorn half-step ran 4 fp64 divisions in a row (156 for 20 iterations).
+Early start (PDL): the mix and finish kernels are programmatic dependent launches, and the sumsq,
+mix and finish programs signal at their start that the next launch may begin, so each launch's
+start-up overlaps the previous kernel. A dependent program reads nothing its predecessor writes
+and stores nothing before `griddepcontrol.wait` (the predecessor finished, its writes visible);
+before it, it only prefetches rows nothing in flight writes: fn (a weight) and the streams, whose
+writer finished before the sumsq launch started (sumsq is an ordinary launch). Same bits.
 `MXSERVE_HC_OLD_KERNELS=1` (read at every call) launches the kernels exactly as before, for A/B
 runs in one process. `MXSERVE_HC_SIDE_STREAM=1` (CUDA only, off until measured) launches the
 post/comb programs of `hc_pre` on a second stream, beside the block that follows, and
@@ -80,13 +86,15 @@ def launch_constexprs(hc: int, dim: int, num_mixes: int, *, interpreter: bool, o
     hc_pad = triton.next_power_of_2(hc)
     splits_pad = triton.next_power_of_2(num_splits)
     prefetch = not interpreter and not old  # inline PTX: the interpreter cannot run it
+    pdl = not interpreter and not old  # "Early start" in the module docstring
     comb_lanes = not old and hc_pad == 4 and FINISH_POST_BLOCK_T == 1
     return {
-        "sumsq": dict(NUM_SPLITS=num_splits, SPLIT_K=SPLIT_K, BLOCK_T=SUMSQ_BLOCK_T, BLOCK_K=SUMSQ_BLOCK_K),
+        "sumsq": dict(NUM_SPLITS=num_splits, SPLIT_K=SPLIT_K, BLOCK_T=SUMSQ_BLOCK_T, BLOCK_K=SUMSQ_BLOCK_K, PDL=pdl),
         "mix": dict(NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, SPLIT_K=SPLIT_K, BLOCK_T=MIX_BLOCK_T, BLOCK_N=block_n,
-                    BLOCK_K=max(16, min(SPLIT_K, tile // (MIX_BLOCK_T * block_n))), PREFETCH=prefetch),
+                    BLOCK_K=max(16, min(SPLIT_K, tile // (MIX_BLOCK_T * block_n))), PREFETCH=prefetch, PDL=pdl),
         "finish": dict(HC=hc, HC_PAD=hc_pad, NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, BLOCK_T=FINISH_BLOCK_T,
-                       BLOCK_D=block_d, POST_BLOCK_T=FINISH_POST_BLOCK_T, PREFETCH=prefetch, COMB_LANES=comb_lanes),
+                       BLOCK_D=block_d, POST_BLOCK_T=FINISH_POST_BLOCK_T, PREFETCH=prefetch, COMB_LANES=comb_lanes,
+                       PDL=pdl),
         "post": dict(HC=hc, HC_PAD=hc_pad, BLOCK_D=block_d, PREFETCH=prefetch),
     }
 # -------------------------------------------------------------------------------------------------
@@ -109,6 +117,11 @@ def _constexprs(hc: int, dim: int, num_mixes: int) -> dict[str, dict]:
 def _check_device(t: torch.Tensor, op: str) -> None:
     if t.device.type != "cuda" and not interpreting():
         raise ValueError(f"{op} triton backend needs a CUDA tensor or TRITON_INTERPRET=1, got {t.device=}")
+
+
+def _pdl_launch(consts: dict) -> dict:
+    """The launch option of a kernel whose PDL constexpr is on: a programmatic dependent launch."""
+    return {"launch_pdl": True} if consts.get("PDL") else {}
 
 
 def _launch_opts(kernel: str) -> dict:
@@ -151,6 +164,7 @@ def _mix_partials(streams: torch.Tensor, fn: torch.Tensor, rms_eps: float) -> to
     _hc_mix_kernel[(triton.cdiv(num_tokens, MIX_BLOCK_T), num_splits)](
         streams, fn, sumsq, mixes, num_tokens, k, n, streams.stride(0), fn.stride(0),
         RMS_EPS=float(rms_eps), USE_LIBDEVICE=not interpreting(), **consts["mix"], **_launch_opts("mix"),
+        **_pdl_launch(consts["mix"]),
     )
     return mixes
 
@@ -180,10 +194,10 @@ def _finish(streams: torch.Tensor, mixes: torch.Tensor, base: torch.Tensor, scal
         # post/comb in a launch of their own (PART 2; on the side stream when it is on), then the
         # block input (PART 1): the same programs as PART 0's grid, so the same bits
         with side_stream_fork(streams.device, keep=(mixes, base, scale, post, comb), on=not old_kernels()):
-            _hc_finish_kernel[(token_blocks, num_post)](*args, PART=2, **kwargs)
-        _hc_finish_kernel[(token_blocks, num_d)](*args, PART=1, **kwargs)
+            _hc_finish_kernel[(token_blocks, num_post)](*args, PART=2, **kwargs)  # an ordinary launch
+        _hc_finish_kernel[(token_blocks, num_d)](*args, PART=1, **kwargs, **_pdl_launch(consts))
     else:
-        _hc_finish_kernel[(token_blocks, num_d + num_post)](*args, PART=0, **kwargs)
+        _hc_finish_kernel[(token_blocks, num_d + num_post)](*args, PART=0, **kwargs, **_pdl_launch(consts))
     return out, post, comb
 
 

@@ -18,6 +18,12 @@ from mxserve.kernels.rms_norm._rms_norm_kernel import _rms_norm_kernel
 MAX_DIM = 65536
 
 
+def _pdl() -> dict:
+    """Programmatic dependent launch (the kernel's early start; not under the interpreter, not with
+    MXSERVE_HC_OLD_KERNELS=1): the launch and the weight's prefetch overlap the previous kernel."""
+    return {"PDL": True, "launch_pdl": True} if _prefetch() else {}
+
+
 def _prefetch() -> bool:
     """L1 prefetch of the row and weight (inline PTX: not under the interpreter); off with the hc
     kernels' A/B switch MXSERVE_HC_OLD_KERNELS=1 (read at every call)."""
@@ -46,6 +52,6 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
         _rms_norm_kernel[(rows.shape[0],)](
             rows, weight.contiguous(), out, dim, rows.stride(0), out.stride(0), EPS=float(eps), BLOCK=block,
             USE_LIBDEVICE=os.environ.get("TRITON_INTERPRET", "0") != "1", OUT_BF16=x.dtype == torch.bfloat16,
-            PREFETCH=_prefetch(), num_warps=4,
+            PREFETCH=_prefetch(), num_warps=4, **_pdl(),
         )
     return out.view(x.shape)
