@@ -11,7 +11,7 @@
 #   2. L1 prefetches (`prefetch.global.L1`) at the top of the mix, finish and hc_post programs and
 #      the RMS norm: 3.6 issued the mix kernel's 16 K-steps' loads one step at a time, after the rho
 #      chain (16 memory round trips in a row), the norm's loop one block at a time;
-#   3. early start (PDL): mix and finish (and the RMS norm) are programmatic dependent launches; sumsq,
+#   3. early start (PDL): mix, finish, hc_post and the RMS norm are programmatic dependent launches; sumsq,
 #      mix, finish and the norm signal at their start, so each launch's start-up overlaps the previous
 #      kernel (reads/stores of the predecessor's outputs only after griddepcontrol.wait);
 #   4. MXSERVE_HC_SIDE_STREAM=1 (off by default): hc_pre's post/comb programs on a second stream
@@ -37,7 +37,7 @@
 #      hc_pre              ~20     ~11 (8-14)       Sinkhorn 156 -> 39 serial divisions (-6), mix
 #                                                   prefetch (-1.5), 2 early starts (-1)
 #      hc_pre 1 iter       ~10.5   ~7.5             (hc_pre - this) / 19: old ~0.52, new ~0.19 an iteration
-#      hc_post             ~4.5    ~3.5             prefetch
+#      hc_post             ~4.5    ~3.2             prefetch, early start
 #      hc_head             ~8      ~5.5             prefetch, 2 early starts
 #      rms_norm            ~4.5    ~2.5             prefetch; back-to-back norms overlap (early start)
 #      layer - block       ~30     ~18; new+side ~14 (10-18): post/comb hidden beside the block

@@ -383,7 +383,7 @@ def _hc_post_kernel(
     f_ptr, a_ptr, x_ptr, post_ptr, comb_ptr, out_ptr, T, D,
     stride_ft, stride_at, stride_xt, stride_xh, stride_ot, stride_oh,
     HC: tl.constexpr, HC_PAD: tl.constexpr, BLOCK_D: tl.constexpr, OUT_BF16: tl.constexpr,
-    HAS_ADDEND: tl.constexpr, PREFETCH: tl.constexpr = False,
+    HAS_ADDEND: tl.constexpr, PREFETCH: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     t = tl.program_id(0)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -391,13 +391,18 @@ def _hc_post_kernel(
     lanes = tl.arange(0, HC_PAD)  # j, the output stream
     lane_ok = lanes < HC
     t64 = t.to(tl.int64)
+    one = tl.arange(0, 1)
+    d0 = tl.program_id(1) * BLOCK_D
     if PREFETCH:  # every row this program reads into L1 first (3.6 issued some loads mid-chain)
-        one = tl.arange(0, 1)
-        d0 = tl.program_id(1) * BLOCK_D
+        # the streams first: their writer (the previous hc_post) finished before this hc_pre's
+        # sumsq, an ordinary launch, began, so even an early start may read them
+        _prefetch_rows(x_ptr + t64 * stride_xt, lanes, HC, stride_xh, d0, D, BLOCK_D)
+    if PDL:  # F (the block's output), post and comb only after the previous launches are done
+        tl.extra.cuda.gdc_wait()
+    if PREFETCH:
         _prefetch_rows(f_ptr + t64 * stride_ft, one, 1, 0, d0, D, BLOCK_D)
         if HAS_ADDEND:
             _prefetch_rows(a_ptr + t64 * stride_at, one, 1, 0, d0, D, BLOCK_D)
-        _prefetch_rows(x_ptr + t64 * stride_xt, lanes, HC, stride_xh, d0, D, BLOCK_D)
         _prefetch_rows(comb_ptr + t * (HC * HC), one, 1, 0, 0, HC * HC, HC_PAD * HC_PAD)
     f = tl.load(f_ptr + t64 * stride_ft + offs_d, mask=d_mask, other=0.0).to(tl.float32)
     if HAS_ADDEND:  # F = (F + A) in fp32, rounded to the stream dtype: the twin's torch add and cast

@@ -16,12 +16,13 @@ almost no bytes, so their time is dependent chains. Two changes keep every value
   a memory round trip;
 * comb with one element a thread (`_comb_lanes`, hc <= 4): 3.6 gave each thread a whole column,
   so each Sinkhorn half-step ran 4 fp64 divisions in a row (156 for 20 iterations).
-Early start (PDL): the mix and finish kernels are programmatic dependent launches, and the sumsq,
-mix and finish programs signal at their start that the next launch may begin, so each launch's
-start-up overlaps the previous kernel. A dependent program reads nothing its predecessor writes
-and stores nothing before `griddepcontrol.wait` (the predecessor finished, its writes visible);
-before it, it only prefetches rows nothing in flight writes: fn (a weight) and the streams, whose
-writer finished before the sumsq launch started (sumsq is an ordinary launch). Same bits.
+Early start (PDL): the mix, finish and hc_post kernels are programmatic dependent launches, and
+the sumsq, mix and finish programs signal at their start that the next launch may begin, so each
+launch's start-up overlaps the previous kernel. A dependent program reads nothing written by a
+launch still in flight and stores nothing before `griddepcontrol.wait` (its predecessor finished,
+and by induction every launch before it); before the wait it only prefetches rows of fn (a
+weight) and of the streams, whose writer (the previous hc_post) finished before the sumsq launch
+began: sumsq is an ordinary launch, and every early start since began after it. Same bits.
 `MXSERVE_HC_OLD_KERNELS=1` (read at every call) launches the kernels exactly as before, for A/B
 runs in one process. `MXSERVE_HC_SIDE_STREAM=1` (CUDA only, off until measured) launches the
 post/comb programs of `hc_pre` on a second stream, beside the block that follows, and
@@ -95,7 +96,7 @@ def launch_constexprs(hc: int, dim: int, num_mixes: int, *, interpreter: bool, o
         "finish": dict(HC=hc, HC_PAD=hc_pad, NUM_SPLITS=num_splits, SPLITS_PAD=splits_pad, BLOCK_T=FINISH_BLOCK_T,
                        BLOCK_D=block_d, POST_BLOCK_T=FINISH_POST_BLOCK_T, PREFETCH=prefetch, COMB_LANES=comb_lanes,
                        PDL=pdl),
-        "post": dict(HC=hc, HC_PAD=hc_pad, BLOCK_D=block_d, PREFETCH=prefetch),
+        "post": dict(HC=hc, HC_PAD=hc_pad, BLOCK_D=block_d, PREFETCH=prefetch, PDL=pdl),
     }
 # -------------------------------------------------------------------------------------------------
 
@@ -268,5 +269,6 @@ def hc_post_triton(block_out: torch.Tensor, streams: torch.Tensor, post: torch.T
         block_out.stride(0), 0 if addend is None else addend.stride(0), streams.stride(0), streams.stride(1),
         out.stride(0), out.stride(1),
         OUT_BF16=streams.dtype == torch.bfloat16, HAS_ADDEND=addend is not None, **consts, **_launch_opts("post"),
+        **_pdl_launch(consts),
     )
     return out
