@@ -70,9 +70,8 @@ def compile_report(label: str, kernel, consts: dict, q_type: str, num_warps: int
 
 
 def main() -> None:
-    os.environ[launcher.PIECES_ENV] = "1"  # the "pieces" kernels' parameters first (the off switch)
+    os.environ.pop(launcher.HALVES_ENV, None)  # the "pieces" kernels' parameters first (the default)
     lp = launcher.launch_params(EntryMode.DS_MLA, HEADS, HEAD_DIM)
-    os.environ.pop(launcher.PIECES_ENV)
     assert lp.dot == 1 and lp.kernel == "pieces", "launch_params gave the interpreter's or the halves parameters"
     reports = []
     for q_type, q_pieces in (("bf16", 1), ("fp32", 2)):

@@ -7,8 +7,8 @@
   mode (one program folds every chunk) give the same bits, so the launcher may pick the mode by the
   number of tokens: a token's output is the same bits alone (split) and in a batch (fold), and
   trailing -1 columns (more chunks that hold no key) change no bit.
-* The launcher picks "halves" for Flash-shaped fp8_ds_mla layers on a GPU, "pieces" for few heads
-  and other encodings, and everywhere with MXSERVE_SPARSE_ATTENTION_PIECES=1.
+* The launcher picks "pieces" unless MXSERVE_SPARSE_ATTENTION_HALVES=1 (opt-in: slower on the H200,
+  session 7), and then "halves" only for Flash-shaped fp8_ds_mla layers on a GPU.
 On a GPU the same tests run the GPU configuration (32-key chunks, bf16 tensor cores); the test
 marked gpu adds the Flash shapes (64 heads, window 128 + top-512) against "pieces" and the twin.
 """
@@ -103,16 +103,16 @@ def test_no_keys_and_refusals():
         sparse_attention_triton(q, [(w[0], w[1])], sink, 0.05, params=_halves(2, **FOLD, fold_ch_blocks=1))
 
 
-def test_launcher_picks_halves_for_flash_layers_on_a_gpu(monkeypatch):
+def test_launcher_picks_halves_for_flash_layers_on_a_gpu_only_when_asked(monkeypatch):
     monkeypatch.setattr(launcher, "interpreting", lambda: False)
-    monkeypatch.delenv(launcher.PIECES_ENV, raising=False)
+    monkeypatch.delenv(launcher.HALVES_ENV, raising=False)
+    assert launch_params(EntryMode.DS_MLA, 64, 512).kernel == "pieces"  # opt-in: slower on the H200
+    monkeypatch.setenv(launcher.HALVES_ENV, "1")
     flash = launch_params(EntryMode.DS_MLA, 64, 512)
     assert flash.kernel == "halves" and (flash.block_h, flash.block_k, flash.dot) == (64, 32, 1)
     assert launch_params(EntryMode.DS_MLA, 128, 512).kernel == "halves"
     assert launch_params(EntryMode.DS_MLA, 4, 512).kernel == "pieces"  # the default model's 4 heads
     assert launch_params(EntryMode.BF16, 64, 512).kernel == "pieces"
-    monkeypatch.setenv(launcher.PIECES_ENV, "1")
-    assert launch_params(EntryMode.DS_MLA, 64, 512).kernel == "pieces"
 
 
 @pytest.mark.gpu

@@ -20,9 +20,11 @@ Two partial kernels (`LaunchParams.kernel`):
   launch). Its split and fold modes give the same bits (same chunk partials, the combine's merge),
   so choosing the mode by the number of tokens keeps every row batch-invariant. It is another fold
   order than "pieces" (a different reduction layout for the probabilities' sum), within the same
-  tolerance. The default for fp8_ds_mla with more than 32 heads on a GPU; the interpreter keeps
-  "pieces" unless told (its cost is per operation, and the suite's time is spent). Off switch:
-  MXSERVE_SPARSE_ATTENTION_PIECES=1 (every launch takes "pieces").
+  tolerance. OPT-IN (MXSERVE_SPARSE_ATTENTION_HALVES=1, fp8_ds_mla with more than 32 heads on a
+  GPU): on the H200 (session 7 call 2, `benchmarks/gpu_s7_attn.sh`, Triton 3.6) it was slower
+  than "pieces" at every Flash shape: CSA 4K b1 27.0 vs 22.1 us, b8 63.9 vs 24.4, b64 293.5 vs
+  91.0; HCA b1 24.1 vs 21.3, b64 84.4 vs 36.6 (its GPU parity tests passed). The sm_90 compile
+  its design came from was Triton 3.9's; why 3.6 runs it 1.2-3x slower is not investigated.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from mxserve.kernels.sparse_attention._sparse_attention_kernel import (
 )
 from mxserve.kernels.sparse_attention.reference import sparse_attention_ref
 
-PIECES_ENV = "MXSERVE_SPARSE_ATTENTION_PIECES"  # "1": the "pieces" kernels everywhere (the off switch)
+HALVES_ENV = "MXSERVE_SPARSE_ATTENTION_HALVES"  # "1": "halves" where eligible (opt-in: slower on the H200)
 
 
 def interpreting() -> bool:
@@ -151,7 +153,7 @@ def launch_params(mode: EntryMode, num_heads: int, head_dim: int) -> LaunchParam
         # H200; 32-key chunks on 8 warps: 157 registers, no spills, 17.9-19.1 us (session 5 sweep,
         # benchmarks/attention_sweep.py). The chunking is a function of the head count only.
         return LaunchParams(dot=1, block_h=block_h, block_k=32, piece=64, num_warps=8)
-    if halves_eligible(mode, head_dim) and os.environ.get(PIECES_ENV, "0") != "1":
+    if halves_eligible(mode, head_dim) and os.environ.get(HALVES_ENV, "0") == "1":
         return LaunchParams(dot=1, block_h=64, piece=64, num_warps=4, **HALVES_GPU)
     return LaunchParams(dot=1, block_h=block_h, block_k=64, piece=64, num_warps=4)
 
