@@ -393,13 +393,10 @@ def _hc_post_kernel(
     t64 = t.to(tl.int64)
     one = tl.arange(0, 1)
     d0 = tl.program_id(1) * BLOCK_D
+    if PDL:  # nothing is read before the previous launches are done: the caller may have just
+        tl.extra.cuda.gdc_wait()  # written any of the inputs (no ordinary launch in between here)
     if PREFETCH:  # every row this program reads into L1 first (3.6 issued some loads mid-chain)
-        # the streams first: their writer (the previous hc_post) finished before this hc_pre's
-        # sumsq, an ordinary launch, began, so even an early start may read them
         _prefetch_rows(x_ptr + t64 * stride_xt, lanes, HC, stride_xh, d0, D, BLOCK_D)
-    if PDL:  # F (the block's output), post and comb only after the previous launches are done
-        tl.extra.cuda.gdc_wait()
-    if PREFETCH:
         _prefetch_rows(f_ptr + t64 * stride_ft, one, 1, 0, d0, D, BLOCK_D)
         if HAS_ADDEND:
             _prefetch_rows(a_ptr + t64 * stride_at, one, 1, 0, d0, D, BLOCK_D)

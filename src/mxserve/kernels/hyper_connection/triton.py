@@ -20,9 +20,10 @@ Early start (PDL): the mix, finish and hc_post kernels are programmatic dependen
 the sumsq, mix and finish programs signal at their start that the next launch may begin, so each
 launch's start-up overlaps the previous kernel. A dependent program reads nothing written by a
 launch still in flight and stores nothing before `griddepcontrol.wait` (its predecessor finished,
-and by induction every launch before it); before the wait it only prefetches rows of fn (a
-weight) and of the streams, whose writer (the previous hc_post) finished before the sumsq launch
-began: sumsq is an ordinary launch, and every early start since began after it. Same bits.
+and by induction every launch before it). Before the wait, mix and finish prefetch rows of fn
+and of the streams: whatever the caller wrote before calling hc_pre / hc_head was finished when
+their sumsq launch (an ordinary one) began, and every early start since began after it. hc_post
+has no such launch before it, so it reads and prefetches only after its wait. Same bits.
 `MXSERVE_HC_OLD_KERNELS=1` (read at every call) launches the kernels exactly as before, for A/B
 runs in one process. `MXSERVE_HC_SIDE_STREAM=1` (CUDA only, off until measured) launches the
 post/comb programs of `hc_pre` on a second stream, beside the block that follows, and

@@ -6,8 +6,9 @@ One program per row: pass 1 sums the squares of the fp32 row in fp64 (the twin's
 only the fp64 sum's order differs, which changes the fp32 r only when the fp64 value lies within
 an fp64 ulp of an fp32 rounding boundary (about 2^-29 per row).
 
-With PDL (a programmatic dependent launch) the program signals that the next launch may start,
-prefetches the weight, and only then waits for the previous launch (which wrote x) to finish.
+With PDL (a programmatic dependent launch) the program signals that the next launch may start
+and waits for the previous launch (which wrote x) to finish before it reads anything: only the
+launch's start-up overlaps.
 With PREFETCH (not under the interpreter) the program first puts its row and the weight into L1:
 the device's Triton (3.6) runs both passes' loops one block at a time, each waiting for its loads,
 so a 4096-wide row was ~8 memory round trips in a row; after the prefetch they are L1 hits. It
@@ -29,15 +30,12 @@ def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, D, stride_x, stride_o, EPS: tl.const
                      USE_LIBDEVICE: tl.constexpr, OUT_BF16: tl.constexpr, PREFETCH: tl.constexpr = False,
                      PREFETCH_LINES: tl.constexpr = 128, PDL: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
-    if PDL:  # the next launch may start now; nothing of the previous one is read before the wait
-        tl.extra.cuda.gdc_launch_dependents()
-        if PREFETCH:
-            prefetch_span_l1(w_ptr, D, PREFETCH_LINES)  # a weight: no launch writes it
+    if PDL:  # the next launch may start now; nothing is read before the previous one is done (the
+        tl.extra.cuda.gdc_launch_dependents()  # caller may have just written x, or even the weight)
         tl.extra.cuda.gdc_wait()
-    if PREFETCH:  # the row (and the weight), one address per 128-byte line
+    if PREFETCH:  # the row and the weight, one address per 128-byte line
         prefetch_span_l1(x_ptr + row * stride_x, D, PREFETCH_LINES)
-        if not PDL:
-            prefetch_span_l1(w_ptr, D, PREFETCH_LINES)
+        prefetch_span_l1(w_ptr, D, PREFETCH_LINES)
     acc = tl.zeros((BLOCK,), dtype=tl.float64)
     for d0 in range(0, D, BLOCK):
         cols = d0 + tl.arange(0, BLOCK)
