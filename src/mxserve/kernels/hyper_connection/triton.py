@@ -4,8 +4,8 @@ The same signatures and contracts as the twins in `reference.py`, and the same b
 (`_hc_kernel.py` says where the fp64 summation orders differ from torch's and why that rounds to
 the same fp32 / bf16 values except with probability ~2^-22 per value).
 Launches per call: hc_pre 3 (sums of squares, partial mixes, finish: block input + post/comb with
-the whole Sinkhorn in registers, one post/comb program per token), hc_head 3 (the same without
-post/comb), hc_post 1. Every launch parameter is a function of (hc, D, number of mixes) only, never of the token count, so a token's
+the whole Sinkhorn in registers, one post/comb program per token; 4 with the side stream: post/comb
+a launch of their own), hc_head 3 (the same without post/comb), hc_post 1. Every launch parameter is a function of (hc, D, number of mixes) only, never of the token count, so a token's
 result does not depend on the batch; nothing here reads a device value on the host (CUDA-graph
 capture). Runs on CUDA tensors, or anywhere under TRITON_INTERPRET=1 (the test suite).
 
