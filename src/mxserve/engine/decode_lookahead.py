@@ -73,8 +73,13 @@ class Lookahead:
 
 
 def next_positions_covered(tables: Sequence[Mapping[str, tuple[int, ...]]], next_positions: Sequence[int],
-                           block_size: int, units_for) -> bool:
+                           block_size: int, positions_per_unit: Mapping[str, int]) -> bool:
     """Whether every row's tables already hold a page for its next position in every pool
-    (`units_for(pool_name, num_positions)`: the cache units a sequence of that length occupies)."""
-    return all(units_for(pool, pos + 1) <= len(pages) * block_size
-               for row_tables, pos in zip(tables, next_positions, strict=True) for pool, pages in row_tables.items())
+    (`positions_per_unit`: pool name → positions one cache unit stands for). Runs every decode step
+    over rows x pools, so plain integer work only."""
+    for row_tables, position in zip(tables, next_positions, strict=True):
+        length = position + 1
+        for pool, pages in row_tables.items():
+            if length // positions_per_unit[pool] > len(pages) * block_size:
+                return False
+    return True

@@ -178,13 +178,18 @@ class ModelCacheState:
         return torch.where(valid, slot, torch.full_like(slot, -1))
 
 
+def positions_per_unit(config: ModelConfig, pool: Pool) -> int:
+    """Positions one cache unit of `pool` stands for (1, or a compressor's rate)."""
+    if pool in (Pool.CSA, Pool.INDEXER):
+        return config.compress_rate_csa
+    if pool is Pool.HCA:
+        return config.compress_rate_hca
+    return 1
+
+
 def units_for(config: ModelConfig, pool: Pool, num_positions: int) -> int:
     """Cache units a sequence of `num_positions` tokens occupies in `pool`."""
-    if pool in (Pool.CSA, Pool.INDEXER):
-        return num_positions // config.compress_rate_csa
-    if pool is Pool.HCA:
-        return num_positions // config.compress_rate_hca
-    return num_positions
+    return num_positions // positions_per_unit(config, pool)
 
 
 def indexer_cache_mode(config: ModelConfig, policy: NumericPolicy) -> str:
