@@ -7,6 +7,8 @@ Stated tolerances (normwise relative error): against the twin those of every bf1
 (only the fp32 summation order differs: other groups of K per product-sum, split partials added in
 split order). The layer here has I = 256 so that down splits too: with CONFIG k_split 128 every
 program sums one 128-K block, gate/up in 2 splits and down in 2. The H200 checks are in test_gpu.py.
+Past MMA_DECODE_MAX_PAIRS pairs the variant takes the prefill tile in the same K order:
+test_experts_mma_order.py.
 """
 
 import pytest
@@ -14,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 from tests.kernels.moe.test_experts import DEVICE, MODES, TOL, _assert_close
-from tests.kernels.moe.test_experts_split import _assert_equal, edge_scale_experts
+from tests.kernels.moe.test_experts_split import edge_scale_experts
 
 from mxserve.formats import QuantizedWeight, WeightLayout
 from mxserve.kernels.moe import ExpertWeights, moe_experts, moe_experts_ref, stream_splitk
@@ -114,20 +116,6 @@ def test_scales_at_the_edges(splits):
     x, ids, w = routing6(3, seed=4)
     ref = moe_experts_ref(x, ids, w, experts, limit=10.0, quantize_inputs=False, hidden_dtype=torch.float32)
     _assert_close(ref, _run(x, ids, w, "exact", "bf16-stream-splitk", experts), TOL["exact"])
-
-
-def test_larger_calls_take_the_stream_variants_path():
-    """Past STREAM_MAX_PAIRS pairs the variant runs what "bf16-stream" runs there (the split decode)."""
-    from mxserve.kernels.moe import stream
-
-    x, ids, w = _routing(3, seed=3)
-    old = stream.STREAM_MAX_PAIRS
-    try:
-        stream.STREAM_MAX_PAIRS = 6  # 9 pairs > 6
-        got = _run(x, ids, w, "faithful", "bf16-stream-splitk")
-    finally:
-        stream.STREAM_MAX_PAIRS = old
-    _assert_equal(_run(x, ids, w, "faithful", "bf16-split"), got)
 
 
 @triton.jit

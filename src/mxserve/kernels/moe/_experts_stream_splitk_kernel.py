@@ -34,11 +34,13 @@ shared memory a program at 4 stages (4 programs per SM), and at one token only 3
   in ascending expert id as `_moe_combine_kernel`. So the result does not depend on the schedule.
 
 Batch invariance: a row's sums depend on K, K_SPLIT and the tile only, never on the other rows or
-the number of pairs. Up to `STREAM_MAX_PAIRS` pairs; larger calls go to the split decode, whose sums
-group K differently (`experts.py`). So this variant may become a default only at every size at once:
-the prefill tile would take the same K order (x and h in `_mma_pos` order, the `_to_mma` relabel, its
-accumulator restarted at every K_SPLIT boundary and the partials added in split order), which gives
-these bits for any row count; a default "for <= N pairs" would make a row's bits depend on the batch.
+the number of pairs. Up to `experts.MMA_DECODE_MAX_PAIRS` pairs; larger calls take the prefill tile in
+the same K order (`_experts_prefill_kernel.py`, MMA_ORDER: x and h in `_mma_pos` order, the `_to_mma`
+relabel, one accumulator over all of K), which gives these bits for any row count when there is no K
+split (the shipped CONFIG: on the H200 the split was slower, `stream_splitk.py`). So this order can be
+the default at every size at once (MXSERVE_MOE_MMA_ORDER=1, `experts.py`), which runs this decode
+without a K split whatever CONFIG says; a default "for <= N pairs" would make a row's bits depend on
+the batch.
 """
 
 from __future__ import annotations

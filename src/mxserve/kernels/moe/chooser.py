@@ -21,8 +21,10 @@ override op name is "moe" (`EngineConfig.kernel_overrides["moe"]`, or
                    "triton" itself streams up to 32 pairs, where the H200 measured it faster than
                    the split decode (session 5); above that the split decode was faster
   triton-stream-splitk  "triton-stream" with the weights widened straight into the wgmma operand
-                   registers and K split across programs (variant "bf16-stream-splitk", `stream_splitk.py`;
-                   issue 10, opt-in): its own bits (other fp32 summation groups), the twin's tolerance
+                   registers (K split across programs optional, off as shipped; variant
+                   "bf16-stream-splitk", `stream_splitk.py`; issue 10, opt-in), the prefill tile in the
+                   same K order above its sizes: its own bits (other fp32 summation groups), the twin's
+                   tolerance. MXSERVE_MOE_MMA_ORDER=1 gives "triton" this K order at every size
 
 Triton is off unless forced until the issue-10 gates pass (docs/benchmarks.md, MoE section).
 `moe_kernel_slots(backend)` gives the KernelSet slot callables (route, moe_experts, expert_ffn).

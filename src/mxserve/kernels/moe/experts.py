@@ -28,10 +28,17 @@ Variants ("how the multiply runs"; all compute the same math, tolerances in test
           H200 (session 6 call 3, Flash MoE, real routing) 4096 tokens took 4.77-4.85 ms against the
           fused tile's 64.9 and the bf16 grouped matmul's 6.34; 1024 tokens 2.58 against 4.78.
   "bf16-stream-splitk"  opt-in (issue 10): the stream decode with the weights widened straight into
-          the wgmma operand registers and K split across programs (`stream_splitk.py`); the fp32 sums
-          group K differently, so its bits are its own (tolerance, not equality, against the others),
-          batch invariant up to STREAM_MAX_PAIRS pairs; larger calls (and tile="prefill") take the path
-          "bf16-stream" takes there, whose bits are "bf16-fused"'s, not this variant's.
+          the wgmma operand registers (`stream_splitk.py`; K split across programs if its CONFIG says so,
+          shipped without: H200 session 7 call 2, 48.5 us at 1 token against "bf16-stream"'s 62.8); the
+          fp32 sums group K differently, so its bits are its own (tolerance, not equality, against the
+          others). Above MMA_DECODE_MAX_PAIRS pairs (and tile="prefill") the prefill tile in the same
+          K order (`prefill_experts(mma_order=True)`): the same bits as the decode when CONFIG has no K
+          split (the prefill tile never splits), so batch invariant at every size.
+  MMA order (MXSERVE_MOE_MMA_ORDER=1, off): "bf16" takes "bf16-stream-splitk"'s paths at every size on
+          experts the split decode applies to, without a K split whatever its CONFIG: one K order for
+          decode and prefill, so a token's bits do not depend on the batch (tests/kernels/moe/
+          test_experts_mma_order.py). The lead turns it on by default once the H200 shows it is not
+          slower (benchmarks/gpu_s7_moe2.sh).
   "bf16-fused"  "bf16" with the split decode and the prefill tile off (the fused gate/up+SwiGLU
           kernel at every size): the off switch, and the baseline the benchmark times them against.
 Tile shapes depend on the number of pairs (decode: 16-row blocks; fused prefill: 64; the prefill
@@ -41,6 +48,7 @@ on the tile, so results are batch invariant.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -79,6 +87,17 @@ SPLIT_MAX_PAIRS_PER_EXPERT = 16  # "bf16-split" runs its decode kernels up to th
 # call 1, Flash MoE, real routing) it ran 1 token in 61.4 us against the split decode's 75.3 and 4
 # tokens in 211 against 224, but 16 tokens in 712 against 666 and 64 in 1712 against 1643.
 STREAM_DEFAULT_MAX_PAIRS = 32
+# The MMA K order (variant "bf16-stream-splitk"'s, module docstring) as "bf16"'s default at every size:
+# MXSERVE_MOE_MMA_ORDER=1. Off until the H200 shows parity, invariance and no slowdown at prefill sizes.
+MMA_ORDER_ENV = "MXSERVE_MOE_MMA_ORDER"
+# In that order: the splitk decode (no K split) up to this many pairs, the prefill tile in MMA order above
+# (both give the same bits, so this is a speed knob only; <= stream.STREAM_MAX_PAIRS).
+MMA_DECODE_MAX_PAIRS = 512
+
+
+def mma_order_default() -> bool:
+    """Whether variant "bf16" runs the MMA K order (`MMA_ORDER_ENV` = "1"), read at each call."""
+    return os.environ.get(MMA_ORDER_ENV, "0") == "1"
 
 
 def packed_or_none(w: object) -> QuantizedWeight | None:
@@ -239,9 +258,11 @@ def moe_experts_triton(
     if variant in cheap_decode and not st.takes_split_decode:
         raise ValueError(f"moe_experts: variant {variant!r} needs scale bytes <= {MAX_SPLIT_SCALE_BYTE}, these reach "
                          f"{st.max_scale_byte()} > {MAX_SPLIT_SCALE_BYTE} (its bf16 factor would overflow)")
-    if variant == "bf16-stream-splitk" and tile != "prefill" and stream_applies(num_pairs):
-        return splitk_decode(x, expert_ids, weights, st, limit=limit, quantize_inputs=quantize_inputs,
-                             hidden_dtype=hidden_dtype)
+    if variant == "bf16-stream-splitk" or (variant == "bf16" and split and mma_order_default()):
+        kw = dict(limit=limit, quantize_inputs=quantize_inputs, hidden_dtype=hidden_dtype)
+        if tile != "prefill" and stream_applies(num_pairs) and num_pairs <= MMA_DECODE_MAX_PAIRS:
+            return splitk_decode(x, expert_ids, weights, st, whole_k=variant == "bf16", **kw)
+        return prefill_experts(x, expert_ids, weights, st, mma_order=True, **kw)
     stream = variant == "bf16-stream" or (variant == "bf16" and split and num_pairs <= STREAM_DEFAULT_MAX_PAIRS)
     if stream and tile != "prefill" and stream_applies(num_pairs):
         return stream_decode(x, expert_ids, weights, st, limit=limit, quantize_inputs=quantize_inputs,

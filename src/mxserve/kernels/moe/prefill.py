@@ -72,8 +72,9 @@ def tile_for(num_pairs: int, num_experts: int, *, fp32_activations: bool = False
 
 
 def prefill_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, st, *, limit: float,
-                    quantize_inputs: bool, hidden_dtype: torch.dtype) -> torch.Tensor:
-    """Σ_k weight_k · expert_{id_k}(x) → fp32 [T, D], the bits of variants "bf16-split" / "bf16-stream".
+                    quantize_inputs: bool, hidden_dtype: torch.dtype, mma_order: bool = False) -> torch.Tensor:
+    """Σ_k weight_k · expert_{id_k}(x) → fp32 [T, D], the bits of variants "bf16-split" / "bf16-stream"
+    (mma_order: those of "bf16-stream-splitk" without a K split; `_experts_prefill_kernel.py`).
     `st`: MXFP4 `StackedExperts` with scale bytes <= 128 (checked by the caller); x [T, D] fp32/bf16,
     T >= 1; expert_ids / weights [T, k]."""
     num_tokens, top_k = expert_ids.shape
@@ -113,7 +114,8 @@ def prefill_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Te
 
     xp = torch.empty((num_tokens, st.dim), dtype=x.dtype, device=dev)
     _moe_prefill_prep_kernel[(triton.cdiv(num_tokens, PREP_ROWS), st.dim // 128)](
-        x, xp, num_tokens, x.stride(0), xp.stride(0), QUANT=quantize_inputs, ROWS=PREP_ROWS, num_warps=4,
+        x, xp, num_tokens, x.stride(0), xp.stride(0), QUANT=quantize_inputs, ROWS=PREP_ROWS, MMA_ORDER=mma_order,
+        num_warps=4,
     )
     blocks = align_triton(expert_ids, st.num_experts, block_m)
     cap = blocks.capacity
@@ -124,7 +126,8 @@ def prefill_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Te
         h, st.hidden, st.dim, num_pairs, top_k, float(limit),
         xp.stride(0), st.w1.stride(0), st.w1.stride(1), words[0].stride(0), words[0].stride(1), h.stride(0),
         BLOCK_M=block_m, BLOCK_N=128, DOT=dot, X_PIECES=x_pieces, USE_ASM=use_asm,
-        H_BF16=hidden_dtype == torch.bfloat16, QUANT_H=quantize_inputs, num_warps=warps, num_stages=stages,
+        H_BF16=hidden_dtype == torch.bfloat16, QUANT_H=quantize_inputs, MMA_ORDER=mma_order, num_warps=warps,
+        num_stages=stages,
     )
     y = torch.empty((num_pairs, st.dim), dtype=torch.float32, device=dev)
     _moe_prefill_down_kernel[(st.dim // down_block_n, cap // block_m)](
@@ -132,7 +135,7 @@ def prefill_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Te
         blocks.sorted_pair_ids, blocks.block_expert, blocks.expert_start, blocks.expert_count,
         y, st.hidden, st.dim, num_pairs,
         h.stride(0), st.w2.stride(0), st.w2.stride(1), words[2].stride(0), words[2].stride(1), y.stride(0),
-        BLOCK_M=block_m, BLOCK_N=down_block_n, DOT=dot, X_PIECES=h_pieces, USE_ASM=use_asm,
+        BLOCK_M=block_m, BLOCK_N=down_block_n, DOT=dot, X_PIECES=h_pieces, USE_ASM=use_asm, MMA_ORDER=mma_order,
         num_warps=down_warps, num_stages=down_stages,
     )
     out = torch.empty((num_tokens, st.dim), dtype=torch.float32, device=dev)  # the combine writes all of it

@@ -1,11 +1,12 @@
 """Launcher of variant "bf16-stream-splitk": `splitk_decode`, the stream decode (`stream.py`) with the
-widened weights decoded straight into the wgmma operand registers and K split across programs
-(`_experts_stream_splitk_kernel.py` says why, and why the sums differ from "bf16-stream" in the last
+widened weights decoded straight into the wgmma operand registers and (optionally; not as shipped) K
+split across programs (`_experts_stream_splitk_kernel.py` says why, and why the sums differ from "bf16-stream" in the last
 bits). Three launches as "bf16-stream": prep (x in the MMA K order, counters zeroed), gate/up (SwiGLU
 by the last program of each 128-channel block, after summing the splits in order), down (top-k
 combine by the last program of each (token, tile), after summing each row's splits in order).
 
-Opt-in (issue 10) until the H200 shows it faster: variant "bf16-stream-splitk" of `moe_experts_triton`,
+Opt-in (issue 10): faster than "bf16-stream" on the H200 (CONFIG), but its bits are not the default's;
+MXSERVE_MOE_MMA_ORDER=1 (`experts.py`) makes this order the default at every size. Variant "bf16-stream-splitk" of `moe_experts_triton`,
 backend "triton-stream-splitk" of the chooser (`MXSERVE_KERNEL_OVERRIDES=moe=triton-stream-splitk`).
 Tolerances (tests/kernels/moe/test_experts_stream_splitk.py, test_gpu.py): the fp64 twin's, as every
 bf16 variant; against "bf16-stream" only fp32 summation order differs.
@@ -26,29 +27,42 @@ from mxserve.kernels.moe.stream import BLOCK_M, STREAM_MAX_PAIRS, applies
 
 # --- launch parameters (H200; benchmarks/moe.py --splitk-configs sweeps them) ----------------------
 # gate_up_k_split / down_k_split: K columns per program (multiples of 128). The number of splits is
-# cdiv(K, k_split): a function of the layer's shapes only (batch invariance). Flash (D 4096, I 2048):
-# 2 splits each, so one token runs 768 gate/up and 768 down programs (~6 per SM, which maxnreg 80
-# asks for 6). block_n 64: one wgmma warpgroup tile (128: two, half the programs). maxnreg: the
+# cdiv(K, k_split): a function of the layer's shapes only (batch invariance). 0: no split (one program
+# over all of K). block_n 64: one wgmma warpgroup tile (128: two, half the programs). maxnreg: the
 # register cap (0: none). Uncapped, ptxas gives the kernels 107-110 registers for their epilogues
 # (Triton 3.6, sm_90), which allows 4 programs per SM; at 80 the K loop still has no spill (the
 # epilogue spills ~200 bytes) and 6 fit (shared memory: 29 KB a program at 4 stages).
-CONFIG = {"block_n": 64, "num_warps": 4, "num_stages": 4, "gate_up_k_split": 2048, "down_k_split": 1024,
+# Measured on the H200 (session 7 call 2, Flash MoE, real top-6 routing, us a call under graph replay,
+# benchmarks/results/2026-12-02-h200-s7-call2-moe_splitk.json), "bf16-stream" / no split r80 (g1d1r80,
+# shipped) / 2+2 splits r80 / 4+2 splits r72 / 2+2 uncapped: 1 token 62.8 / 48.5 / 51.7 / 61.4 / 56.6,
+# 4 tokens 209.1 / 155.8 / 164.8 / 191.4 / 169.5, 16 tokens 706.8 / 483.2 / 549.6 / 674.9 / 567.2.
+# So no split: the register decode alone is the gain; the split stays an option (set k_split).
+CONFIG = {"block_n": 64, "num_warps": 4, "num_stages": 4, "gate_up_k_split": 0, "down_k_split": 0,
           "maxnreg": 80}
 # -------------------------------------------------------------------------------------------------
 
 
 def num_splits(k: int, k_split: int) -> int:
-    """Programs per output tile over K columns: a function of the shapes and the configuration only."""
-    if k_split <= 0 or k_split % 128:
-        raise ValueError(f"stream_splitk: k_split must be a positive multiple of 128, got {k_split}")
+    """Programs per output tile over K columns: a function of the shapes and the configuration only
+    (k_split 0: one)."""
+    if k_split == 0:
+        return 1
+    if k_split < 0 or k_split % 128:
+        raise ValueError(f"stream_splitk: k_split must be 0 or a positive multiple of 128, got {k_split}")
     return triton.cdiv(k, k_split)
 
 
+def split_width(k: int, k_split: int) -> int:
+    """K columns per program: k_split, or all of K (k_split 0)."""
+    return k if k_split == 0 else k_split
+
+
 def splitk_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, st, *, limit: float,
-                  quantize_inputs: bool, hidden_dtype: torch.dtype) -> torch.Tensor:
+                  quantize_inputs: bool, hidden_dtype: torch.dtype, whole_k: bool = False) -> torch.Tensor:
     """Σ_k weight_k · expert_{id_k}(x) → fp32 [T, D] (see the module docstring for the numerics).
     `st`: MXFP4 `StackedExperts` (scale bytes <= 128, checked by the caller); x [T, D] fp32/bf16;
-    expert_ids / weights [T, k] with T·k <= STREAM_MAX_PAIRS."""
+    expert_ids / weights [T, k] with T·k <= STREAM_MAX_PAIRS. whole_k: no K split whatever CONFIG says
+    (the bits of the prefill tile's MMA order, `experts.py`'s MMA_ORDER default)."""
     num_tokens, top_k = expert_ids.shape
     num_pairs = num_tokens * top_k
     if not applies(num_pairs):
@@ -81,8 +95,9 @@ def splitk_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tens
     else:
         launch = dict(num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],
                       **({"maxnreg": CONFIG["maxnreg"]} if CONFIG["maxnreg"] else {}))
-    gu_split, down_split = CONFIG["gate_up_k_split"], CONFIG["down_k_split"]
+    gu_split, down_split = (0, 0) if whole_k else (CONFIG["gate_up_k_split"], CONFIG["down_k_split"])
     gu_splits, down_splits = num_splits(st.dim, gu_split), num_splits(st.hidden, down_split)
+    gu_split, down_split = split_width(st.dim, gu_split), split_width(st.hidden, down_split)
     num_gu_cnt = num_pairs * (st.hidden // 128)
     num_cnt = num_gu_cnt + num_tokens * (st.dim // block_n)
     prep_programs = num_tokens * (st.dim // 128)
