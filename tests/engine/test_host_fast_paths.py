@@ -84,6 +84,30 @@ def test_build_decode_batch_equals_the_per_row_fill(num_seqs, num_rows, slack):
     assert_same_batch(build_decode_batch(tokens, seqs, positions, state, GEOMETRY, num_rows=num_rows, out=out), want)
 
 
+def test_reused_buffers_rewrite_exactly_the_rows_whose_tables_changed():
+    """Steps through one reused host buffer (as `DecodeGraphs` does): tables re-installed with a new
+    page, rows reordered, fewer and more rows. Each step equals a fresh per-row fill; a row whose
+    sequence and table object are unchanged is not rewritten (the memo's point)."""
+    rng = random.Random(5)
+    state, seqs, positions = engine_state(12, rng)
+    out = DecodeBatch.empty(16, GEOMETRY)
+    for step in range(6):
+        if step == 2:  # two sequences' tables grow (the engine installs new lists)
+            for seq in seqs[:2]:
+                state.set_block_tables(seq, {pool.value: [*state.block_tables[pool][seq], 511][: GEOMETRY.max_blocks[pool]]
+                                             for pool in Pool})
+        if step == 3:
+            rng.shuffle(seqs)
+        live = seqs[: (12, 12, 12, 12, 7, 12)[step]]
+        pos = [positions[int(seq[1:])] for seq in live]
+        tokens = [rng.randrange(CONFIG.vocab_size) for _ in live]
+        got = build_decode_batch(tokens, live, pos, state, GEOMETRY, num_rows=16, out=out)
+        assert_same_batch(got, reference_fill(tokens, live, pos, state, GEOMETRY, 16))
+    out.block_tables[Pool.WINDOW][0, 0] = -5  # row 0: same sequence, same list next step
+    build_decode_batch(tokens, live, pos, state, GEOMETRY, num_rows=16, out=out)
+    assert int(out.block_tables[Pool.WINDOW][0, 0]) == -5
+
+
 def test_build_decode_batch_self_managed_tables_grow_as_before():
     state = ModelCacheState(CONFIG, EXACT, num_blocks=64, block_size=BLOCK, manage_tables=True)
     batch = build_decode_batch([3, 4], ["a", "b"], [130, 5], state, GEOMETRY, num_rows=4)

@@ -73,7 +73,7 @@ class ModelRunner:
         self._bucket: int | None = None  # the bucket the last graph step replayed
         self._token_host: torch.Tensor | None = None  # pinned: the sampled tokens read past the lookahead
         self.lookahead_stats = LookaheadStats()
-        self._positions_per_unit = {pool.value: positions_per_unit(model.config, pool) for pool in Pool}
+        self._positions_per_unit: dict[str, int] | None = None  # pool name → positions a cache unit covers
         if max_model_len is not None and getattr(model, "supports_cuda_graphs", False) and not enforce_eager:
             geometry = DecodeGeometry.for_positions(model.config, cache_state.block_size, max_model_len)
             self.decode_graphs = DecodeGraphs(model, cache_state, geometry, device)
@@ -239,6 +239,8 @@ class ModelRunner:
                 return None  # the request ends at this step (or nearly): the next step will differ
         tables = tuple(c.block_tables for c in chunks)
         positions = tuple(c.end_pos for c in chunks)
+        if self._positions_per_unit is None:
+            self._positions_per_unit = {pool.value: positions_per_unit(self.model.config, pool) for pool in Pool}
         if not next_positions_covered(tables, positions, self.cache_state.block_size, self._positions_per_unit):
             return None
         logits = graphs.run(token_ids, [c.request_id for c in chunks], list(positions), bucket)
