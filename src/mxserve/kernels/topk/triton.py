@@ -22,6 +22,7 @@ import os
 import torch
 import triton
 
+from mxserve.kernels.topk._topk_bound_kernel import _topk_bound_kernel
 from mxserve.kernels.topk._topk_kernel import _topk_kernel
 from mxserve.kernels.topk._topk_rank_kernel import _topk_rank_kernel
 from mxserve.kernels.topk._topk_select_kernel import _topk_select_kernel
@@ -167,44 +168,60 @@ def topk_tiebroken_triton_select(
     return out
 
 
-# -- the rank kernel (session 7) ---------------------------------------------------------------------
-SAMPLE_STRIDE = 16  # the sampled bound reads every 16th key (1024 of 16384)
-SAMPLE_MARGIN = 12  # sample members of slack above kk / 16: ~2 standard deviations at kk = 512
+# -- the rank kernels (session 7) --------------------------------------------------------------------
+SAMPLE_KEYS = 1024  # the bound kernel's sample: every (BLOCK_C / 1024)-th key
+SAMPLE_BACK = 4  # its first edge: where the sample count reaches kk / stride - 4
+SAMPLE_EDGES = 4  # edges counted over the row in one pass; the first reaching kk is taken
+RANK_PAD = 64  # `_topk_bound_kernel.PAD`: never-counting keys after S, at least the scalar-j chunk
 
 
 def rank_launch_params(rows: int, c: int, k: int, device: torch.device, *, programs_per_row: int | None = None,
-                       num_warps: int | None = None, members: int | None = None, sample: int | None = None,
-                       use_float: bool = True) -> dict:
-    """The rank kernel's constexprs and launch shape, from shapes (and the SM count) only.
+                       members: int | None = None, block_j: int | None = None, num_warps: int | None = None,
+                       chunks_per_row: int | None = None, use_float: bool = True) -> dict:
+    """Both rank-path launches' constexprs and shapes, from shapes (and the SM count) only.
 
-    FULL (the row fits CAP) ranks the row in place; SELECT compacts S first. Programs per row: as
-    many as the GPU has idle SMs for (one program per SM), each ranking an equal share of S in
-    blocks of MB members; MB grows when few programs share a row, so the per-column work is
-    spread over more members."""
+    Rows of at most CAP candidates take one launch (the rank kernel reads the row); longer rows
+    first go through the bound kernel (S compacted per row, Q programs a row, each compacting one
+    chunk). Programs per row for the ranks: as many as the GPU has idle SMs for, each ranking an
+    equal share of S in blocks of MB members."""
     block_c = max(32, triton.next_power_of_2(c))
     block_k = triton.next_power_of_2(max(k, 1))
     cap = min(block_c, max(2 * block_k, 512))  # S's capacity, as the select kernel's
-    select = block_c > cap
-    n_s = cap  # the most members a row can have
+    from_s = block_c > cap
     sms = (_num_sms(device.index if device.index is not None else torch.cuda.current_device())
            if device.type == "cuda" else 1)
-    # -- launch parameters -------------------------------------------------------------------
-    nw = num_warps if num_warps is not None else (max(4, min(16, block_c // 1024)) if select else 4)
-    jb = min(128, n_s)
-    if programs_per_row is None:
-        programs_per_row = max(1, min(sms // max(rows, 1), n_s // 16))
-    p = programs_per_row
-    if members is None:
-        members = min(128, max(16, triton.next_power_of_2(triton.cdiv(n_s, p))))
-    mb = members
-    if p < 1 or mb < 1 or mb & (mb - 1):
-        raise ValueError(f"programs_per_row must be >= 1 and members a power of 2, got {p=} {mb=}")
-    sample = SAMPLE_STRIDE if sample is None else sample
-    if select and sample and (block_c // sample < 32 or sample & (sample - 1)):
-        raise ValueError(f"sample stride must be a power of 2 leaving >= 32 samples, got {sample} for {block_c=}")
-    return {"BLOCK_C": block_c, "BLOCK_K": block_k, "CAP": cap, "P": p, "SELECT": select,
-            "SAMPLE": sample if select else 0, "MARGIN": SAMPLE_MARGIN, "MB": mb, "JB": jb,
-            "FLOAT": bool(use_float and select), "num_warps": nw}
+    spare = max(1, sms // max(rows, 1))
+    # -- the bound kernel: 1024-key chunks while SMs are idle; ~32 keys a thread -------------
+    q = chunks_per_row if chunks_per_row is not None else max(1, min(spare, block_c // 1024))
+    bound = {"BLOCK_C": block_c, "CAP": cap, "CHUNK": block_c // q, "SAMPLE": max(1, block_c // SAMPLE_KEYS),
+             "BACK": SAMPLE_BACK, "EDGES": SAMPLE_EDGES, "FLOAT": bool(use_float), "Q": q,
+             "num_warps": max(4, min(16, block_c // 1024))}
+    # -- the rank kernel ----------------------------------------------------------------------
+    if from_s:
+        # programs a row for ~2 a SM (4 warps each), each with an equal share of a typical S
+        # (~1.2 kk after the sampled bound); up to 128 members a program the members ride
+        # the threads of [JB, MB] tiles, past it each thread holds MB / 128 of them (scalar j)
+        est = min(cap, max(32, (5 * block_k) // 4))
+        p = programs_per_row if programs_per_row is not None else max(1, min((2 * sms) // max(rows, 1), est // 16))
+        mb = members if members is not None else min(512, max(16, triton.next_power_of_2(triton.cdiv(est, p))))
+        nw = num_warps if num_warps is not None else 4
+        scalar_j = mb >= 32 * nw
+        jb = block_j if block_j is not None else (32 if scalar_j else 128)
+    else:
+        p = programs_per_row if programs_per_row is not None else max(1, min(spare, block_c // 8))
+        mb = members if members is not None else min(64, max(8, triton.next_power_of_2(triton.cdiv(block_c, p))))
+        nw = num_warps if num_warps is not None else (8 if mb >= 64 else 4)
+        scalar_j = False
+        jb = block_j if block_j is not None else min(128, block_c)
+    if (p < 1 or mb < 1 or mb & (mb - 1) or jb & (jb - 1) or (not from_s and block_c % jb)
+            or (scalar_j and not 4 <= jb <= RANK_PAD)):
+        raise ValueError(f"rank launch: programs_per_row >= 1, members and block_j powers of 2 "
+                         f"(block_j dividing {block_c=}, 4..{RANK_PAD} with scalar j), got {p=} {mb=} {jb=}")
+    if from_s and (q < 1 or block_c % q or block_c // q < 32):
+        raise ValueError(f"chunks_per_row must split {block_c=} into chunks of >= 32, got {q}")
+    rank = {"BLOCK_C": block_c, "BLOCK_K": block_k, "CAP": cap, "P": p, "FROM_S": from_s, "SCALAR_J": scalar_j,
+            "MB": mb, "JB": jb, "num_warps": nw}
+    return {"rank": rank, "bound": bound if from_s else None}
 
 
 def topk_tiebroken_triton_rank(
@@ -214,21 +231,32 @@ def topk_tiebroken_triton_rank(
     num_valid: torch.Tensor | None = None,
     **overrides,
 ) -> torch.Tensor:
-    """The rank kernel; keyword `overrides` go to `rank_launch_params` (programs_per_row,
-    num_warps, members, sample, use_float: tests and sweeps)."""
+    """The rank kernels; keyword `overrides` go to `rank_launch_params` (programs_per_row,
+    members, block_j, num_warps, chunks_per_row, use_float: tests and sweeps)."""
     n, c = scores.shape if scores.dim() == 2 else (0, 0)
     scores, mask, nv = _checked(scores, k, valid_mask, num_valid, SELECT_MAX_CANDIDATES)
     if n == 0 or k == 0 or c == 0:
         return torch.full((n, k), -1, dtype=torch.int64, device=scores.device)
     lp = rank_launch_params(n, c, k, scores.device, **overrides)
+    rk, bd = lp["rank"], lp["bound"]
     out = torch.empty((n, k), dtype=torch.int64, device=scores.device)  # every slot is written
-    # one S per row (every program of the row writes the same one): its indices
-    scratch = torch.empty(n * lp["CAP"], dtype=torch.int32, device=scores.device) if lp["SELECT"] else out
-    _topk_rank_kernel[(n, lp["P"])](
-        scores, mask, nv, out, scratch, c, k, scores.stride(0), mask.stride(0), out.stride(0),
-        HAS_MASK=valid_mask is not None, HAS_NUM=num_valid is not None,
-        **{name: lp[name] for name in ("BLOCK_C", "BLOCK_K", "CAP", "P", "SELECT", "SAMPLE", "MARGIN", "MB", "JB",
-                                       "FLOAT")},
-        num_warps=lp["num_warps"],
+    has = {"HAS_MASK": valid_mask is not None, "HAS_NUM": num_valid is not None}
+    if bd is not None:
+        # per row: a 4-word header, S's indices, then its keys and PAD keys past them
+        cap = bd["CAP"]
+        scratch = torch.empty((n, 4 + 2 * cap + RANK_PAD), dtype=torch.int32, device=scores.device)
+        head, sidx, skey = scratch[:, :4], scratch[:, 4:4 + cap], scratch[:, 4 + cap:]
+        _topk_bound_kernel[(n, bd["Q"])](
+            scores, mask, nv, head, sidx, skey, c, k, scores.stride(0), mask.stride(0), scratch.stride(0),
+            **has, **{name: bd[name] for name in ("BLOCK_C", "CAP", "CHUNK", "SAMPLE", "BACK", "EDGES", "FLOAT")},
+            num_warps=bd["num_warps"],
+        )
+    else:
+        head = sidx = skey = out  # unused
+    _topk_rank_kernel[(n, rk["P"])](
+        scores, mask, nv, out, head, sidx, skey, c, k, scores.stride(0), mask.stride(0), out.stride(0),
+        head.stride(0) if bd is not None else 0,
+        **has, **{name: rk[name] for name in ("BLOCK_C", "BLOCK_K", "CAP", "P", "FROM_S", "SCALAR_J", "MB", "JB")},
+        num_warps=rk["num_warps"],
     )
     return out
