@@ -34,6 +34,12 @@ against "bf16" (the fused kernel) in the parity section. Prefill configs (`--pre
 variant "bf16-prefill" under each `prefill.CONFIG`): m<block_m>w<num_warps>s<num_stages>[n<down
 block_n>][dw<down warps>ds<down stages>] (one block_m at every size), the same way; the prefill
 table at the end gives each column's ms, useful TFLOP/s and ratio to the bf16 grouped matmul.
+MMA order A/B (`--mma-ab`, instead of everything above): variant "bf16" (the default) with the old K
+order ("old", MXSERVE_MOE_MMA_ORDER=0) against the MMA order ("new", =1; "new-tile": the same with
+tile="prefill", the prefill tile in MMA order, at <= MMA_DECODE_MAX_PAIRS pairs), real routing only:
+token 0, n/2 and n-1 alone == in the batch, new-tile == new bit for bit, normwise new vs old, then us a
+call under graph replay. `--mma-ab-cols` picks columns (with --warm-only: compile them, one process
+per column to fill the cache in parallel).
 """
 
 from __future__ import annotations
@@ -357,6 +363,65 @@ def warm(entries, decode_tokens: list[int] | None = None) -> None:
         E = E_run
 
 
+MMA_AB_COLS = {"old": ("0", "auto"), "new": ("1", "auto"), "new-tile": ("1", "prefill")}  # (env, tile)
+
+
+def mma_order_ab(tokens: list[int], cols: list[str], deadline: float, warm_only: bool, out: Path | None) -> None:
+    """--mma-ab (module docstring): the Flash layer, real routing, faithful numerics."""
+    from mxserve.kernels.moe import experts as experts_mod
+
+    t0 = time.time()
+    st = random_layer(1)
+    gen = torch.Generator(device=DEVICE).manual_seed(2)
+    gate = (torch.randn(E, D, device=DEVICE, generator=gen) * 0.02).bfloat16()
+    bias = torch.randn(E, device=DEVICE, generator=gen) * 0.01
+    kw = dict(limit=LIMIT, quantize_inputs=True, hidden_dtype=torch.bfloat16, variant="bf16")
+
+    def call(col, x, w, ids):
+        env, tile = MMA_AB_COLS[col]
+        os.environ[experts_mod.MMA_ORDER_ENV] = env  # read by each call (and so at graph capture)
+        return moe_experts_triton(x, ids, w, st, tile=tile, **kw)
+
+    log: list[dict] = []
+    for n in tokens:
+        if time.time() - t0 > deadline:
+            log.append({"kind": "skipped", "tokens": n, "why": "deadline"})
+            break
+        here = [c for c in cols if c != "new-tile" or (n > 1 and n * TOP_K <= experts_mod.MMA_DECODE_MAX_PAIRS)]
+        count = 8 if n <= 64 else 2  # routings per graph: decode-sized calls hit few experts (L2-cold rotation)
+        cases = routings(n, count, gate, bias, seed=100 + n)["real"]
+        x, w, ids = cases[0]
+        row = {"kind": "mma_ab", "tokens": n, "routing": "real"}
+        try:
+            outs = {c: call(c, x, w, ids) for c in here}
+            if warm_only:
+                for c in here:  # and the token alone (the decode)
+                    call(c, x[:1], w[:1], ids[:1])
+                if DEVICE == "cuda":
+                    torch.cuda.synchronize()
+                print(f"warm {n}: {here} ({time.time() - t0:.0f} s)", flush=True)
+                continue
+            for c in here:
+                alone_ok = [torch.equal(call(c, x[t:t + 1], w[t:t + 1], ids[t:t + 1])[0], outs[c][t])
+                            for t in sorted({0, n // 2, n - 1})]
+                row[f"{c}_alone_equal"] = all(alone_ok)
+            if "new" in outs and "old" in outs:
+                row["new_vs_old"] = rel_err(outs["new"], outs["old"])
+            if "new-tile" in outs and "new" in outs:
+                row["new_tile_equal_new"] = torch.equal(outs["new-tile"], outs["new"])
+            for c in here:
+                calls = [lambda c=c, k=k: call(c, k[0], k[1], k[2]) for k in cases]
+                row[f"{c}_us"] = graph_time(calls, replays=10 if n <= 64 else 5) * 1e6
+        except Exception as exc:
+            traceback.print_exc()
+            row["error"] = repr(exc)[:300]
+        log.append(row)
+        print(json.dumps(row), flush=True)
+    if out and not warm_only:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"rows": log}, indent=1))
+
+
 def cpu_smoke_setup() -> None:
     """--cpu-smoke: every section on the CPU under TRITON_INTERPRET=1 with a tiny layer (8 experts,
     D 256, I 128), host wall-clock timers in place of the CUDA ones: checks that the script runs
@@ -441,6 +506,8 @@ def main() -> None:
                     help="token counts at which to record device time per kernel (torch.profiler, eager, real routing)")
     ap.add_argument("--baseline-max-tokens", type=int, default=1 << 30,
                     help="same-run baselines only up to this many tokens (they dequantize every hit expert)")
+    ap.add_argument("--mma-ab", action="store_true", help="the MMA order A/B only (module docstring)")
+    ap.add_argument("--mma-ab-cols", nargs="*", default=list(MMA_AB_COLS), choices=list(MMA_AB_COLS))
     args = ap.parse_args()
     for cfg in args.stream_configs:
         stream_config(cfg)  # a bad name fails here, before any GPU work
@@ -454,6 +521,9 @@ def main() -> None:
         args.kernel_times = []
     else:
         assert torch.cuda.is_available(), "benchmarks/moe.py needs a GPU"
+    if args.mma_ab:
+        mma_order_ab(args.time_tokens or args.tokens, args.mma_ab_cols, args.deadline, args.warm_only, args.out)
+        return
     t_start = time.time()
     if args.warm_only:
         warm(entries, args.warm_tokens)

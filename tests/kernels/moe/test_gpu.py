@@ -131,7 +131,7 @@ def test_stream_decode_graph_replay(layer, variant):
         assert torch.equal(out, moe_experts_triton(x, ids, w, st, **kw)), f"replay {seed} differs from eager"
 
 
-# "bf16-stream-splitk" (weights widened into the wgmma registers, K in 2 splits at these shapes): its own
+# "bf16-stream-splitk" (weights widened into the wgmma registers; K unsplit as shipped): its own
 # bits, so tolerances. Against the fp64 twin those of "bf16" above (faithful 2e-3, exact 1e-4); against
 # "bf16-stream" (only the fp32 summation groups differ; faithful: a flipped bf16 / e4m3 rounding of h
 # now and then) 1e-3 faithful, 1e-5 exact. Tokens 1, 16, 85 (both id-scan widths) with real routing and
@@ -145,8 +145,7 @@ def test_stream_splitk_parity_and_invariance(layer, num_tokens, routing, quantiz
     from mxserve.kernels.moe import stream_splitk
 
     st, experts, gate = layer
-    assert stream_splitk.num_splits(D, stream_splitk.CONFIG["gate_up_k_split"]) > 1
-    assert stream_splitk.num_splits(I, stream_splitk.CONFIG["down_k_split"]) > 1
+    assert stream_splitk.num_splits(D, stream_splitk.CONFIG["gate_up_k_split"]) >= 1
     x = torch.randn(num_tokens, D, device="cuda")
     x = x.bfloat16() if quantize_inputs else x
     w, ids = route_ref(x, gate, top_k=K, routed_scaling=1.5, bias=torch.zeros(E, device="cuda"))
@@ -165,3 +164,36 @@ def test_stream_splitk_parity_and_invariance(layer, num_tokens, routing, quantiz
     for t in {0, num_tokens - 1}:
         one = moe_experts_triton(x[t:t + 1], ids[t:t + 1], w[t:t + 1], st, variant="bf16-stream-splitk", **kw)
         assert torch.equal(one[0], got[t]), f"token {t} alone differs from token {t} in the batch"
+
+
+# MXSERVE_MOE_MMA_ORDER=1: variant "bf16" in the MMA K order at every size (the splitk decode without a
+# K split up to 512 pairs, the prefill tile in that order above). Tolerances SPLITK_TOL (vs the twin, vs
+# the old order). 64 tokens = 384 pairs (the decode; tile "prefill": 32-row blocks), 300 tokens = 1800
+# pairs (the prefill tile, 128-row blocks faithful, 64 exact); every token alone (6 pairs) is the decode.
+@pytest.mark.parametrize("num_tokens,quantize_inputs", [(64, True), (300, True), (300, False)])
+def test_mma_order_parity_and_invariance(layer, monkeypatch, num_tokens, quantize_inputs):
+    from mxserve.kernels.moe import experts as experts_mod
+
+    st, experts, gate = layer
+    x = torch.randn(num_tokens, D, device="cuda")
+    x = x.bfloat16() if quantize_inputs else x
+    w, ids = route_ref(x, gate, top_k=K, routed_scaling=1.5, bias=torch.zeros(E, device="cuda"))
+    kw = dict(limit=10.0, quantize_inputs=quantize_inputs,
+              hidden_dtype=torch.bfloat16 if quantize_inputs else torch.float32)
+    ref = moe_experts_ref(x, ids, w, experts, **kw)
+    monkeypatch.setenv(experts_mod.MMA_ORDER_ENV, "0")
+    old = moe_experts_triton(x, ids, w, st, **kw) if quantize_inputs else None
+    monkeypatch.setenv(experts_mod.MMA_ORDER_ENV, "1")
+    got = moe_experts_triton(x, ids, w, st, **kw)
+    tol_twin, tol_old = SPLITK_TOL[quantize_inputs]
+    err_twin = ((got - ref).norm() / ref.norm()).item()
+    assert err_twin <= tol_twin, f"vs twin: normwise {err_twin:.3e} > {tol_twin}"
+    if old is not None:
+        err_old = ((got - old).norm() / old.norm()).item()
+        assert err_old <= tol_old, f"vs the old order: normwise {err_old:.3e} > {tol_old}"
+    for t in {0, num_tokens // 2, num_tokens - 1}:
+        one = moe_experts_triton(x[t:t + 1], ids[t:t + 1], w[t:t + 1], st, **kw)
+        assert torch.equal(one[0], got[t]), f"token {t} alone (decode) differs from token {t} in the batch"
+    if num_tokens * K <= experts_mod.MMA_DECODE_MAX_PAIRS:
+        tile = moe_experts_triton(x, ids, w, st, tile="prefill", **kw)
+        assert torch.equal(tile, got), "the MMA prefill tile differs from the decode at the same batch"
