@@ -1,7 +1,7 @@
 """Compile the MoE prefill tiles for sm_90 without a GPU: the fused kernel (`_experts_kernel.py`,
 "bf16-fused") and the prefill tile (`_experts_prefill_kernel.py`, "bf16-prefill") at Flash shapes.
 
-    .venv/bin/python tests/kernels/moe/sm90_compile_prefill.py [--json] [--dump DIR] [--quick]
+    .venv/bin/python tests/kernels/moe/sm90_compile_prefill.py [--json] [--dump DIR] [--quick] [--mma-order]
 
 Issue 10: the fused kernel ran the 4096-token Flash MoE at ~19 TFLOP/s on the H200. Per kernel and
 launch config the report gives registers, spills, shared memory, programs per SM (64K registers,
@@ -12,6 +12,12 @@ tensor cores': at ~4096 bf16 FLOP per clock and 4 issue slots per SM, 1.0 warp i
 kFLOP is the balance point). Shapes: D 4096, I 2048, bf16 activations, faithful numerics,
 16-divisible strides as the JIT specializes them. Triton here is 3.9, the device's 3.6: the counts
 are indicative. TRITON_INTERPRET is forced off: run it as a script, never imported into pytest.
+--mma-order: the shipped tiers (32 rows / 4 warps, 128 rows / 8 warps with 256-feature down programs)
+in the old K order and in the MMA order (MXSERVE_MOE_MMA_ORDER). Triton 3.9 (session 7): the MMA order
+has no STS/LDSM in the K loop (old: 32 + 32 in gate/up at 32 rows, 16 + 16 at 128), 848 / 497 / 500
+K-loop instructions (old 896 / 519 / 522: gate/up 32, gate/up 128, down 256), shared memory 59 / 133
+/ 133 KB (old 92 / 166 / 199), registers 233 / 254 / 255 (old 219 / 248 / 255; down 256 spills 284
+bytes, old 252), the same programs per SM.
 """
 
 from __future__ import annotations
@@ -75,6 +81,15 @@ def compile_report(name: str, block_m: int, warps: int, stages: int, dump: Path 
 
 def main() -> None:
     dump = Path(sys.argv[sys.argv.index("--dump") + 1]) if "--dump" in sys.argv else None
+    if "--mma-order" in sys.argv:
+        reports = []
+        for mma in (False, True):
+            reports += [compile_report("prefill_gate_up", 32, 4, 3, dump, MMA_ORDER=mma),
+                        compile_report("prefill_down", 32, 4, 3, dump, MMA_ORDER=mma),
+                        compile_report("prefill_gate_up", 128, 8, 3, dump, MMA_ORDER=mma),
+                        compile_report("prefill_down", 128, 8, 3, dump, BLOCK_N=256, MMA_ORDER=mma)]
+        sm90.print_reports(reports)
+        return
     reports = [compile_report("fused_gate_up", 64, 8, 3, dump), compile_report("fused_down", 64, 8, 3, dump)]
     configs = [(64, 8, 3), (128, 8, 3)] if "--quick" in sys.argv else [(32, 4, 3), (64, 4, 3), (64, 8, 3), (64, 8, 4),
                                                                         (128, 8, 2), (128, 8, 3)]
