@@ -55,12 +55,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--top", type=int, default=16)
     ap.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton,hc=triton")
+    ap.add_argument("--max-model-len", type=int, default=None, help="the LLM's max_model_len (default: the engine's)")
     ap.add_argument("--out", type=Path, default=Path("profile_prefill.json"))
     args = ap.parse_args()
     overrides = dict(item.split("=", 1) for item in args.kernels.split(",") if item) if args.device != "cpu" else {}
     results = []
     for batch in [int(b) for b in args.batches.split(",")]:
-        llm = LLM(kernel_overrides=overrides, max_num_seqs=max(batch, 1), device=args.device)
+        extra = {"max_model_len": args.max_model_len} if args.max_model_len else {}
+        llm = LLM(kernel_overrides=overrides, max_num_seqs=max(batch, 1), device=args.device, **extra)
         prompts = prompts_for(default_model_path(), batch)
         prefill_walls(llm, prompts, args.device, 2)  # compiles, autotuning
         walls = prefill_walls(llm, prompts, args.device, args.repeats)
