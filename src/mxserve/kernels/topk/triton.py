@@ -169,15 +169,16 @@ def topk_tiebroken_triton_select(
 
 
 # -- the rank kernels (session 7) --------------------------------------------------------------------
-SAMPLE_KEYS = 1024  # the bound kernel's sample: every (BLOCK_C / 1024)-th key
-SAMPLE_BACK = 4  # its first edge: where the sample count reaches kk / stride - 4
-SAMPLE_EDGES = 4  # edges counted over the row in one pass; the first reaching kk is taken
+SAMPLE_KEYS = 2048  # the bound kernel's sample: every (BLOCK_C / 2048)-th key
+SAMPLE_BACK = 3  # its first edge: where the sample count reaches kk / stride - 3
+SAMPLE_EDGES = 3  # edges counted over the row in one pass; the first reaching kk is taken
+BOUND_MIN_KEYS = 32768  # rows x candidates from which rows that fit CAP take the bound kernel too
 RANK_PAD = 64  # `_topk_bound_kernel.PAD`: never-counting keys after S, at least the scalar-j chunk
 
 
 def rank_launch_params(rows: int, c: int, k: int, device: torch.device, *, programs_per_row: int | None = None,
                        members: int | None = None, block_j: int | None = None, num_warps: int | None = None,
-                       chunks_per_row: int | None = None, use_float: bool = True) -> dict:
+                       chunks_per_row: int | None = None, use_float: bool = True, bound: bool | None = None) -> dict:
     """Both rank-path launches' constexprs and shapes, from shapes (and the SM count) only.
 
     Rows of at most CAP candidates take one launch (the rank kernel reads the row); longer rows
@@ -187,7 +188,12 @@ def rank_launch_params(rows: int, c: int, k: int, device: torch.device, *, progr
     block_c = max(32, triton.next_power_of_2(c))
     block_k = triton.next_power_of_2(max(k, 1))
     cap = min(block_c, max(2 * block_k, 512))  # S's capacity, as the select kernel's
-    from_s = block_c > cap
+    # long rows need S; many short ones gain from the sampled bound (fewer pairs to rank)
+    from_s = block_c > cap or (rows * block_c >= BOUND_MIN_KEYS and block_c >= 64)
+    if bound is not None:  # tests: force the bound kernel (or its absence, where the row fits CAP)
+        if not bound and block_c > cap:
+            raise ValueError(f"rows of {c} candidates need the bound kernel ({cap=})")
+        from_s = bound
     sms = (_num_sms(device.index if device.index is not None else torch.cuda.current_device())
            if device.type == "cuda" else 1)
     spare = max(1, sms // max(rows, 1))
@@ -198,13 +204,18 @@ def rank_launch_params(rows: int, c: int, k: int, device: torch.device, *, progr
              "num_warps": max(4, min(16, block_c // 1024))}
     # -- the rank kernel ----------------------------------------------------------------------
     if from_s:
-        # programs a row for ~2 a SM (4 warps each), each with an equal share of a typical S
-        # (~1.2 kk after the sampled bound); up to 128 members a program the members ride
-        # the threads of [JB, MB] tiles, past it each thread holds MB / 128 of them (scalar j)
+        # a typical S after the sampled bound: ~1.2 kk. Enough members for two programs of 128
+        # on every SM: 2-warp programs of 128 members (2 a thread, scalar j), ~110 each; else
+        # ~2 programs a SM with an equal share each, members on the threads of [JB, MB] tiles
         est = min(cap, max(32, (5 * block_k) // 4))
-        p = programs_per_row if programs_per_row is not None else max(1, min((2 * sms) // max(rows, 1), est // 16))
-        mb = members if members is not None else min(512, max(16, triton.next_power_of_2(triton.cdiv(est, p))))
-        nw = num_warps if num_warps is not None else 4
+        many = rows * est >= 2 * sms * 128
+        nw = num_warps if num_warps is not None else (2 if many else 4)
+        if many:
+            p = programs_per_row if programs_per_row is not None else triton.cdiv(est, 112)
+            mb = members if members is not None else 128
+        else:
+            p = programs_per_row if programs_per_row is not None else max(1, min((2 * sms) // max(rows, 1), est // 16))
+            mb = members if members is not None else min(128, max(16, triton.next_power_of_2(triton.cdiv(est, p))))
         scalar_j = mb >= 32 * nw
         jb = block_j if block_j is not None else (32 if scalar_j else 128)
     else:
@@ -224,6 +235,21 @@ def rank_launch_params(rows: int, c: int, k: int, device: torch.device, *, progr
     return {"rank": rank, "bound": bound if from_s else None}
 
 
+def _bound_rows(scores: torch.Tensor, mask: torch.Tensor, nv: torch.Tensor, k: int, bd: dict, has: dict):
+    """Launch the bound kernel: (head int32 [N, 4], S's indices int32 [N, CAP], keys int32
+    [N, CAP + RANK_PAD]), views of one per-row buffer. head = [|S|, kk, fp32 keys?, -]."""
+    n, c = scores.shape
+    cap = bd["CAP"]
+    scratch = torch.empty((n, 4 + 2 * cap + RANK_PAD), dtype=torch.int32, device=scores.device)
+    head, sidx, skey = scratch[:, :4], scratch[:, 4:4 + cap], scratch[:, 4 + cap:]
+    _topk_bound_kernel[(n, bd["Q"])](
+        scores, mask, nv, head, sidx, skey, c, k, scores.stride(0), mask.stride(0), scratch.stride(0),
+        **has, **{name: bd[name] for name in ("BLOCK_C", "CAP", "CHUNK", "SAMPLE", "BACK", "EDGES", "FLOAT")},
+        num_warps=bd["num_warps"],
+    )
+    return head, sidx, skey
+
+
 def topk_tiebroken_triton_rank(
     scores: torch.Tensor,
     k: int,
@@ -232,7 +258,7 @@ def topk_tiebroken_triton_rank(
     **overrides,
 ) -> torch.Tensor:
     """The rank kernels; keyword `overrides` go to `rank_launch_params` (programs_per_row,
-    members, block_j, num_warps, chunks_per_row, use_float: tests and sweeps)."""
+    members, block_j, num_warps, chunks_per_row, use_float, bound: tests and sweeps)."""
     n, c = scores.shape if scores.dim() == 2 else (0, 0)
     scores, mask, nv = _checked(scores, k, valid_mask, num_valid, SELECT_MAX_CANDIDATES)
     if n == 0 or k == 0 or c == 0:
@@ -242,15 +268,7 @@ def topk_tiebroken_triton_rank(
     out = torch.empty((n, k), dtype=torch.int64, device=scores.device)  # every slot is written
     has = {"HAS_MASK": valid_mask is not None, "HAS_NUM": num_valid is not None}
     if bd is not None:
-        # per row: a 4-word header, S's indices, then its keys and PAD keys past them
-        cap = bd["CAP"]
-        scratch = torch.empty((n, 4 + 2 * cap + RANK_PAD), dtype=torch.int32, device=scores.device)
-        head, sidx, skey = scratch[:, :4], scratch[:, 4:4 + cap], scratch[:, 4 + cap:]
-        _topk_bound_kernel[(n, bd["Q"])](
-            scores, mask, nv, head, sidx, skey, c, k, scores.stride(0), mask.stride(0), scratch.stride(0),
-            **has, **{name: bd[name] for name in ("BLOCK_C", "CAP", "CHUNK", "SAMPLE", "BACK", "EDGES", "FLOAT")},
-            num_warps=bd["num_warps"],
-        )
+        head, sidx, skey = _bound_rows(scores, mask, nv, k, bd, has)
     else:
         head = sidx = skey = out  # unused
     _topk_rank_kernel[(n, rk["P"])](
