@@ -1,10 +1,14 @@
 """The indexer's tie-broken top-k on one GPU (session 5, issue 11): the radix-select kernel vs the
-legacy one-program kernel vs torch.topk, and parity with the torch twin.
+legacy one-program kernel vs torch.topk, and parity with the torch twin; session 7: the rank path
+(`topk_tiebroken_triton_rank`) against the select kernel and torch.topk.
 
     PYTHONPATH=src python benchmarks/topk.py parity --c 16384 --k 512 --out $OUT/topk
     PYTHONPATH=src python benchmarks/topk.py time --out $OUT/topk
     PYTHONPATH=src python benchmarks/topk.py sweep --out $OUT/topk
     PYTHONPATH=src python benchmarks/topk.py table --out $OUT/topk
+    PYTHONPATH=src python benchmarks/topk.py ab --out $OUT/topk          (session 7)
+    PYTHONPATH=src python benchmarks/topk.py rank-sweep --out $OUT/topk  (session 7)
+    PYTHONPATH=src python benchmarks/topk.py ab-table --out $OUT/topk    (session 7)
 
 parity: at one (C, k), rows 1/8/64 (the launch parameters, and so the code path, follow the row
 count), random fp32 and heavily tied scores (7 values, -0.0 and 0.0 mixed), num_valid varied per
@@ -16,6 +20,12 @@ C 1024/16384 x k 512, random scores, num_valid = C; plus tied scores at one row.
 sweep: the select kernel's launch variants (programs per row, warps), same timing.
 One JSON file per section under --out.
 table: at most 25 lines from the JSON files.
+ab: at (rows, C) = (1, 1024), (8, 1024), (1, 16384), (64, 16384) [+ (64, 1024)], k = 512: the rank
+path's indices vs the twin's on random, tied (7 values, -0.0/0.0) and equal rows with num_valid
+varied per row, then `us_graph1` / `us_graph10` (as `time`) for rank, select and torch.topk on
+random rows with num_valid = C, plus rank on tied rows (the exact bound's fallback). ab.json.
+rank-sweep: the rank path's launch variants (programs a row, members, warps, chunks), random rows.
+ab-table: at most 25 lines: old (select) vs new (rank) vs torch.topk, in-step speedups, targets.
 """
 
 from __future__ import annotations
@@ -143,6 +153,133 @@ def sweep(out: Path) -> None:
         (out / "sweep.json").write_text(json.dumps(rows_out, indent=1))
 
 
+AB_CASES = ((1, 1024), (8, 1024), (1, 16384), (64, 16384), (64, 1024))
+ISSUE11_TARGET = 10.0  # rank in-step >= 10x torch.topk in-step (issue 11)
+
+
+def _row(impl, rows, c, kind, fn, inputs, **extra) -> dict:
+    t0 = time.time()
+    r = {"impl": impl, "rows": rows, "C": c, "k": 512, "inputs": kind, **extra}
+    try:
+        one, ten = _timed(fn, inputs)
+        r |= {"us_graph1": round(one, 2), "us_graph10": round(ten, 2)}
+    except Exception as exc:  # one failing variant must not cost the others
+        r["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    r["s"] = round(time.time() - t0, 1)
+    print(json.dumps(r), flush=True)
+    return r
+
+
+def ab(out: Path, cases=AB_CASES) -> None:
+    """Parity of the rank path with the twin, then rank vs select vs torch.topk (see the docstring)."""
+    from mxserve.kernels.topk import topk_tiebroken_ref
+    from mxserve.kernels.topk.triton import (
+        rank_launch_params,
+        topk_tiebroken_triton_rank,
+        topk_tiebroken_triton_select,
+    )
+
+    k = 512
+    rows_out = []
+
+    def save(r):
+        rows_out.append(r)
+        (out / "ab.json").write_text(json.dumps(rows_out, indent=1))  # kept if cut short
+
+    for rows, c in cases:
+        for kind in ("random", "tied", "equal"):
+            scores = (torch.zeros(rows, c, device=DEV) if kind == "equal"
+                      else scores_for(kind, rows, c, seed=rows + c))
+            g = torch.Generator(device=DEV).manual_seed(rows)
+            num_valid = torch.randint(0, c + 1, (rows,), device=DEV, generator=g)
+            num_valid[0] = c
+            got = topk_tiebroken_triton_rank(scores, k, num_valid=num_valid)
+            want = topk_tiebroken_ref(scores, k, num_valid=num_valid)
+            r = {"impl": "parity", "rows": rows, "C": c, "inputs": kind, "identical_to_twin": torch.equal(got, want)}
+            if not r["identical_to_twin"]:
+                bad = (got != want).nonzero()[:3].tolist()
+                r["first_mismatches"] = [(i, j, int(got[i, j]), int(want[i, j])) for i, j in bad]
+            print(json.dumps(r), flush=True)
+            save(r)
+    for rows, c in cases:
+        lp = rank_launch_params(rows, c, k, torch.device(DEV))
+        shape = {"P": lp["rank"]["P"], "MB": lp["rank"]["MB"], "Q": lp["bound"]["Q"] if lp["bound"] else 0}
+        for kind in ("random", "tied") if rows == 1 else ("random",):
+            inputs = [(scores_for(kind, rows, c, seed=s), k, None, torch.full((rows,), c, device=DEV))
+                      for s in range(3)]
+            save(_row("rank", rows, c, kind, topk_tiebroken_triton_rank, inputs, **shape))
+            if kind == "random":
+                save(_row("select", rows, c, kind, topk_tiebroken_triton_select, inputs))
+                save(_row("torch.topk", rows, c, kind, lambda s, kk, m, nv: torch.topk(s, kk, dim=1), inputs))
+
+
+RANK_VARIANTS = (  # (rows, C, overrides)
+    (64, 16384, {"programs_per_row": 5}), (64, 16384, {"programs_per_row": 8}),
+    (64, 16384, {"programs_per_row": 4, "members": 256, "num_warps": 4}),
+    (64, 16384, {"programs_per_row": 10, "members": 64, "num_warps": 1}),
+    (64, 16384, {"chunks_per_row": 1}), (64, 16384, {"use_float": False}),
+    (1, 16384, {"chunks_per_row": 32}), (1, 16384, {"programs_per_row": 64}),
+    (8, 1024, {"programs_per_row": 32, "members": 32}), (1, 1024, {"programs_per_row": 64, "members": 16}),
+)
+
+
+def rank_sweep(out: Path) -> None:
+    from mxserve.kernels.topk.triton import topk_tiebroken_triton_rank
+
+    k = 512
+    rows_out = []
+    for rows, c, ov in RANK_VARIANTS:
+        inputs = [(scores_for("random", rows, c, seed=s), k, None, torch.full((rows,), c, device=DEV)) for s in range(3)]
+
+        def fn(s, kk, m, nv, ov=ov):
+            return topk_tiebroken_triton_rank(s, kk, m, nv, **ov)
+
+        rows_out.append(_row("rank-variant", rows, c, "random", fn, inputs, variant=ov))
+        (out / "rank_sweep.json").write_text(json.dumps(rows_out, indent=1))
+
+
+def _cell(r: dict | None) -> str:
+    return f"{r['us_graph1']:>6.1f} |{r['us_graph10']:>6.1f}" if r else f"{'-':>14}"
+
+
+def ab_table(out: Path) -> None:
+    lines = []
+    f = out / "ab.json"
+    rows = json.loads(f.read_text()) if f.exists() else []
+    par = [r for r in rows if r["impl"] == "parity"]
+    bad = [r for r in par if not r["identical_to_twin"]]
+    lines.append(f"parity (rank vs twin, random/tied/equal, num_valid varied): {len(par) - len(bad)}/{len(par)} identical"
+                 + "".join(f"\n  MISMATCH rows={r['rows']} C={r['C']} {r['inputs']}: {r.get('first_mismatches')}"
+                           for r in bad[:3]))
+    by = {(r["impl"], r["rows"], r["C"], r["inputs"]): r for r in rows if "us_graph1" in r}
+    lines.append("k=512, us per call: 1 call/graph | 10 calls/graph (in-step); speedups in-step")
+    lines.append(f"{'rows x C':>11} {'rank (new)':>14} {'select (old)':>14} {'torch.topk':>14} {'vs old':>7} {'vs topk':>8}  target")
+    for rows_, c in AB_CASES:
+        new, old, top = (by.get((i, rows_, c, "random")) for i in ("rank", "select", "torch.topk"))
+        if not (new or old or top):
+            continue
+        vs_old = f"x{old['us_graph10'] / new['us_graph10']:.1f}" if new and old else "-"
+        vs_top = top["us_graph10"] / new["us_graph10"] if new and top else None
+        target = (f"{'MET' if vs_top >= ISSUE11_TARGET else 'missed'} (<= {top['us_graph10'] / ISSUE11_TARGET:.1f} us)"
+                  if vs_top else "")
+        lines.append(f"{rows_:>4} x{c:>6} {_cell(new)} {_cell(old)} {_cell(top)} {vs_old:>7} "
+                     f"{f'x{vs_top:.1f}' if vs_top else '-':>8}  {target}")
+    for rows_, c in AB_CASES:
+        t = by.get(("rank", rows_, c, "tied"))
+        if t:
+            lines.append(f"rank, tied rows (exact-bound fallback) {rows_} x {c}: {t['us_graph1']} | {t['us_graph10']} us")
+    errors = [r for r in rows if "error" in r]
+    if errors:
+        lines.append(f"timing errors: {len(errors)}, first: {errors[0]['impl']} {errors[0]['rows']}x{errors[0]['C']}: "
+                     f"{errors[0]['error'][:150]}")
+    f = out / "rank_sweep.json"
+    if f.exists():
+        for r in json.loads(f.read_text()):
+            lines.append(f"variant {r['rows']}x{r['C']} {r['variant']}: "
+                         + (f"{r['us_graph1']} | {r['us_graph10']}" if "us_graph1" in r else f"ERR {r['error'][:60]}"))
+    print("\n".join(lines[:25]))
+
+
 def table(out: Path) -> None:
     lines = []
     parity_rows = [r for f in sorted(out.glob("parity_*.json")) for r in json.loads(f.read_text())]
@@ -187,7 +324,7 @@ def table(out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["parity", "time", "sweep", "table"])
+    ap.add_argument("what", choices=["parity", "time", "sweep", "table", "ab", "rank-sweep", "ab-table"])
     ap.add_argument("--c", type=int, default=16384)
     ap.add_argument("--k", type=int, default=512)
     ap.add_argument("--out", type=Path, required=True)
@@ -199,6 +336,12 @@ def main() -> None:
         timing(args.out)
     elif args.what == "sweep":
         sweep(args.out)
+    elif args.what == "ab":
+        ab(args.out)
+    elif args.what == "rank-sweep":
+        rank_sweep(args.out)
+    elif args.what == "ab-table":
+        ab_table(args.out)
     else:
         table(args.out)
 

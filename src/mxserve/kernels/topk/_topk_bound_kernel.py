@@ -125,9 +125,11 @@ def _topk_bound_kernel(
         if n_valid > CAP:
             lo, hi, n_lo, n_hi = _candidate_bounds(v, kk, n_valid, CAP)
     vmin = tl.min(v, axis=0)
-    # S's keys are below hi, so within hi - 1 - vmin of the best; NOT_CANDIDATE must stay past
-    # the span (NOT_CANDIDATE - vmin > SPAN_F + 1) for the rank kernel's masked loads
-    use_float = FLOAT & (hi - 1 - vmin.to(tl.int64) <= SPAN_F) & (vmin < NOT_CANDIDATE - SPAN_F - 2)
+    use_float = n_valid < 0  # False, as a run-time scalar
+    if FLOAT:
+        # S's keys are below hi, so within hi - 1 - vmin of the best; NOT_CANDIDATE must stay past
+        # the span (NOT_CANDIDATE - vmin > SPAN_F + 1) for the rank kernel's masked loads
+        use_float = (hi - 1 - vmin.to(tl.int64) <= SPAN_F) & (vmin < NOT_CANDIDATE - SPAN_F - 2)
     # -- S's members before this program's chunk, then the chunk's own, in index order ----------
     c0 = q * CHUNK
     before = cols < c0

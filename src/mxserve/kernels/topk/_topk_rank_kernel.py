@@ -47,17 +47,13 @@ def _rank_row_block(scores_ptr, mask_ptr, out_row, row, C, n_num, kk, m0, m_hi, 
     for the winners (rank < kk). See the module docstring."""
     mi = m0 + tl.arange(0, MB)
     vi1 = _keys_at(scores_ptr, mask_ptr, row, C, n_num, stride_s, stride_m, mi, HAS_MASK)
-    vjs = ()  # every chunk's loads first: their latencies overlap
-    for c in tl.static_range(NJ):
-        j = c * JB + tl.arange(0, JB)[None, :]
-        vjs = vjs + (_keys_at(scores_ptr, mask_ptr, row, C, n_num, stride_s, stride_m, j, HAS_MASK),)  # noqa: RUF005 (Triton has no starred tuples)
     i = mi[:, None]
     vi = vi1[:, None]
     bi = vi + 1  # does not wrap for a valid member (v <= 0xFFFFFFFE); invalid members write nothing
     acc = tl.zeros([MB, JB], tl.int32)
-    for c in tl.static_range(NJ):
+    for c in tl.static_range(NJ):  # branch-free: ptxas issues the chunks' loads ahead
         j = c * JB + tl.arange(0, JB)[None, :]
-        vj = vjs[c]
+        vj = _keys_at(scores_ptr, mask_ptr, row, C, n_num, stride_s, stride_m, j, HAS_MASK)
         aj = tl.where((j >= m0) & (j < m0 + MB), NOT_CANDIDATE, tl.where(j < m0, vj, vj + 1))
         aj = tl.where(vj == NOT_CANDIDATE, NOT_CANDIDATE, aj)  # NOT_CANDIDATE is never below bi
         acc += (aj < bi).to(tl.int32)
