@@ -69,16 +69,21 @@ def _sampled_bound(scores_ptr, mask_ptr, row, C, n_num, stride_s, stride_m, v, k
                    HAS_MASK: tl.constexpr, BLOCK_C: tl.constexpr, SAMPLE: tl.constexpr, BACK: tl.constexpr,
                    EDGES: tl.constexpr, CAP: tl.constexpr):
     """(hi int64, n_hi int32, ok): the first of EDGES sample-bin edges whose count over the row
-    reaches kk (see the module docstring); ok when one does with n_hi <= CAP. Invalid samples
-    count in the catch-all bin, whose edge is never taken."""
+    reaches kk (see the module docstring); ok when one does with n_hi <= CAP. Edges stay inside
+    bins 0..62; samples past them (and invalid ones) never count toward an edge."""
     vs = _keys_at(scores_ptr, mask_ptr, row, C, n_num, stride_s, stride_m,
                   tl.arange(0, BLOCK_C // SAMPLE) * SAMPLE, HAS_MASK)
     lo_s = tl.min(vs, axis=0)
     d = tl.minimum((vs - lo_s) >> FIRST_SHIFT, NUM_BINS - 1).to(tl.int32)
-    d = tl.where(vs == NOT_CANDIDATE, NUM_BINS - 1, d)
-    cum = tl.cumsum(tl.histogram(d, NUM_BINS), axis=0)
+    # samples past bin 62 (and invalid ones) would all hit one counter (the histogram is a shared-
+    # memory atomic a sample, and about half of a random row's samples are that far): spread them
+    # over 64 bins past the range instead, which nothing reads
+    far = (vs == NOT_CANDIDATE) | (d == NUM_BINS - 1)
+    d = tl.where(far, NUM_BINS + (tl.arange(0, BLOCK_C // SAMPLE) & (NUM_BINS - 1)), d)
+    cum = tl.cumsum(tl.histogram(d, 2 * NUM_BINS), axis=0)
     need = tl.maximum((kk + SAMPLE - 1) // SAMPLE - BACK, 1)
-    b0 = tl.sum((cum < need).to(tl.int32), axis=0)  # the first edge: the end of bin b0
+    in_range = tl.arange(0, 2 * NUM_BINS) < NUM_BINS
+    b0 = tl.sum(((cum < need) & in_range).to(tl.int32), axis=0)  # the first edge: the end of bin b0
     # EDGES counts over the row (a compare and an add a key each); the first that reaches kk wins
     hi = tl.full([], NOT_CANDIDATE, tl.int64)
     n_hi = tl.full([], 0, tl.int32)
