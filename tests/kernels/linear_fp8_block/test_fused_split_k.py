@@ -138,35 +138,6 @@ def test_split_sum_validation() -> None:
         launcher.set_split_sum("never")
 
 
-def test_auto_fuses_the_few_tile_split_up_to_64_rows() -> None:
-    """Past the decode tile (M > 16) the few-tile GEMM split also sums in its last program up to
-    FUSED_SUM_MAX_M rows: same bits as two launches, counters back at 0; above, two launches."""
-    n, k = 256, 1024
-    w = weight(n, k, seed=3)
-    x = torch.randn(70, k, generator=torch.Generator().manual_seed(4)).to(DEVICE)
-    calls = []
-    real = launcher._sum_groups_kernel
-
-    class _Count:
-        def __getitem__(self, grid):
-            calls.append(grid)
-            return real[grid]
-
-    launcher._sum_groups_kernel = _Count()
-    try:
-        for m in (40, launcher.FUSED_SUM_MAX_M):
-            twin = linear_fp8_block_triton(x[:m], w, split_sum="two_launch")
-            assert len(calls) == 1, "the few-tile split must split K for this test to mean anything"
-            calls.clear()
-            got = linear_fp8_block_triton(x[:m], w)
-            assert not calls and torch.equal(got, twin), f"{m=}: {first_mismatch(got, twin)}"
-            assert _counters_clean()
-        linear_fp8_block_triton(x[: launcher.FUSED_SUM_MAX_M + 1], w)
-        assert len(calls) == 1
-    finally:
-        launcher._sum_groups_kernel = real
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("n,k", [(1536, 4096), (4096, 8192), (4096, 2048)])
@@ -175,9 +146,9 @@ def test_gpu_fused_equals_two_launch_eager_and_graph(n: int, k: int) -> None:
     release/acquire would show as an occasional mismatch), and under CUDA-graph replay on fresh
     inputs (the counters reset inside the graph); counters all 0 afterwards."""
     w = weight(n, k, seed=12, device="cuda")
-    x = torch.randn(64, k, device="cuda")
+    x = torch.randn(16, k, device="cuda")
     for xin, q in ((x.bfloat16(), False), (x, True)):
-        for m in (1, 7, 16, 40, 64):
+        for m in (1, 7, 16):
             twin = linear_fp8_block_triton(xin[:m], w, quantize_input=q, split_sum="two_launch")
             for _ in range(20):
                 fused = linear_fp8_block_triton(xin[:m], w, quantize_input=q, split_sum="fused")

@@ -27,10 +27,11 @@ Paths (the kernel files say why the arithmetic is ordered the way it is):
   default tile and prefill on this one is NOT batch-invariant across the switch.
 - split-K partials (`split_sum`): "fused" = one launch, the tile's last program adds the partials
   in split order (arrival counters; the kernel docstring says why it is correct); "two_launch" =
-  partials, then `_sum_groups_kernel`; "auto" = fused for decode launches and for the few-tile
-  GEMM split up to FUSED_SUM_MAX_M rows (a 64-row decode step's linears: 78 sum launches a step of
-  the default model, session 7), two launches above (`set_split_sum` changes what "auto" means,
-  process-wide). Both add the same
+  partials, then `_sum_groups_kernel`; "auto" = fused for decode launches, two launches for the
+  few-tile GEMM split (`set_split_sum` changes what "auto" means, process-wide; session 7 tried
+  "auto" = fused up to 64 rows: the interpreter gives the same bits, but its GPU test did not
+  finish in its 60 s budget on the H200 and the 64-row step was not faster, so it was reverted).
+  Both add the same
   partials in the same order, so the bits are equal (tested). The counters are a persistent int32
   buffer per device, 0 between launches (the kernel resets them), allocated on the first call
   outside CUDA-graph capture (a warm-up); a capture that would need a larger buffer runs two
@@ -83,7 +84,6 @@ from mxserve.kernels.linear_fp8_block.reference import (
 )
 
 DECODE_MAX_M = 16  # rows up to which the decode launch (16-token tile, split-K grid) runs
-FUSED_SUM_MAX_M = 64  # split_sum "auto": the few-tile GEMM split sums in its last program up to here
 XQ_FEW_ROWS_MAX = 2  # fused W8A8 decode: up to this many rows, only the live rows are quantized
 GEMV_MAX_M = 4  # rows the opt-in FMA GEMV takes
 _FEW_PROGRAMS = 264  # below this many output tiles (2 per H200 SM) the GEMM launch also splits K
@@ -486,7 +486,7 @@ def launch_linear_fp8_block(
     num_splits = num_groups if split else 1
     mode = _split_sum["default"] if split_sum == "auto" else split_sum
     counters = None
-    if num_splits > 1 and (mode == "fused" or (mode == "auto" and (is_decode or m <= FUSED_SUM_MAX_M))):
+    if num_splits > 1 and (mode == "fused" or (mode == "auto" and is_decode)):
         counters = split_counters(out.device, groups * triton.cdiv(m, 16) * triton.cdiv(n, _MIN_BLOCK_N))
     # --------------------------------------------------------------------------------------------
 
