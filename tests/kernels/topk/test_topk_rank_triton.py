@@ -65,9 +65,10 @@ PATHS = [
     ("s-short", 700, 200, {"bound": True, "programs_per_row": 3}),
 ]
 KINDS = ["randn", "ties", "equal", "ulps", "wide", "mixed"]
-# the bound kernel's paths see every kind; in place and forced-bound short rows a few suffice
+# the bound kernel's tiled path sees every kind; the scalar, in-place and forced-bound paths a few
+# (the suite's time: the rank path is opt-in, slower than select on the H200 at many rows)
 CASES = [(kind, *path) for path in PATHS for kind in KINDS
-         if path[0] in ("s-tiles", "s-scalar") or kind in ("randn", "ties", "mixed")]
+         if path[0] == "s-tiles" or kind in ("ties", "mixed") or (path[0] == "s-scalar" and kind == "ulps")]
 
 
 @pytest.mark.parametrize("kind,label,c,k,overrides", CASES, ids=[f"{c[1]}-{c[0]}" for c in CASES])
