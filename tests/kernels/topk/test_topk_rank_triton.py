@@ -17,44 +17,11 @@ import torch
 
 pytest.importorskip("triton")
 
+from tests.kernels.topk.test_topk_select_triton import DEVICE, assert_identical, scores_of
+
 from mxserve.kernels.topk import topk_tiebroken_ref
 from mxserve.kernels.topk import triton as launcher
 from mxserve.kernels.topk.triton import _bound_rows, _checked, rank_launch_params, topk_tiebroken_triton_rank
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def scores_of(kind: str, n: int, c: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    if kind == "randn":
-        s = torch.randn(n, c, generator=g)
-    elif kind == "ties":  # 7 values, -0.0 and 0.0 mixed: ties everywhere, across programs and chunks
-        s = torch.randint(-3, 4, (n, c), generator=g).float() * 0.5
-        s[s == 0] = torch.where(torch.rand(int((s == 0).sum()), generator=g) < 0.5, -0.0, 0.0)
-    elif kind == "equal":
-        s = torch.zeros(n, c)
-    elif kind == "wide":  # 11 decades: wider than the sample histogram's 8 octaves
-        s = torch.exp(torch.randn(n, c, generator=g) * 8)
-    elif kind == "ulps":  # 50 values one ulp apart: every radix level down to single values
-        s = 1.0 + torch.randint(0, 50, (n, c), generator=g).float() * 1.1920929e-07
-    elif kind == "mixed":
-        s = torch.randn(n, c, generator=g)
-        r = torch.rand(n, c, generator=g)
-        s[r < 0.3] = 0.0
-        s[r < 0.15] = -0.0
-        s[(r > 0.5) & (r < 0.52)] = float("inf")
-        s[r > 0.98] = float("-inf")
-    else:
-        raise AssertionError(kind)
-    return s.to(DEVICE)
-
-
-def assert_identical(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    if not torch.equal(got, want):
-        bad = (got != want).nonzero()[:4].tolist()
-        raise AssertionError(f"{what}: first mismatches (row, slot): {bad}; "
-                             f"got {[int(got[r, j]) for r, j in bad]}, want {[int(want[r, j]) for r, j in bad]}")
-
 
 # (label, C, k, overrides): FULL in place; S in tiles (4 programs, 2 chunks a row); S with scalar j
 # (128 members on 4 warps, 32-key chunks); S forced on a row that fits CAP (the sampled bound cuts it)

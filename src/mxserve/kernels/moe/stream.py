@@ -39,28 +39,36 @@ def applies(num_pairs: int) -> bool:
     return 0 < num_pairs <= STREAM_MAX_PAIRS
 
 
+def checked_operands(caller: str, x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, st
+                     ) -> tuple[int, tuple, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The stream decodes' shared checks (pair count, MXFP4 with 128-multiples, K-contiguous codes,
+    w1/w3 sharing strides; errors named after `caller`) → (pairs, scale words, x, ids, route weights)
+    in the layouts the kernels read."""
+    num_tokens, top_k = expert_ids.shape
+    num_pairs = num_tokens * top_k
+    if not applies(num_pairs):
+        raise ValueError(f"{caller}: {num_pairs=} must be in 1..{STREAM_MAX_PAIRS}")
+    if st.fmt != "mxfp4" or st.hidden % 128 or st.dim % 128:
+        raise ValueError(f"{caller}: needs MXFP4 experts with I, D multiples of 128, got {st.fmt} "
+                         f"I={st.hidden} D={st.dim}")
+    words = st.scale_words  # the scales as int32 [E, N, K/128]
+    for name, w in (("w1", st.w1), ("w3", st.w3), ("w2", st.w2)):
+        if w.stride(-1) != 1:
+            raise ValueError(f"{caller}: {name} codes must be contiguous in K, got {w.stride()=}")
+    if st.w1.stride() != st.w3.stride() or st.w1_scales.stride() != st.w3_scales.stride():
+        raise ValueError(f"{caller}: w1 and w3 must share strides, got {st.w1.stride()} / {st.w3.stride()}")
+    return (num_pairs, words, x.contiguous(), expert_ids.contiguous(),
+            weights.reshape(-1).float().contiguous())
+
+
 def stream_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, st, *, limit: float,
                   quantize_inputs: bool, hidden_dtype: torch.dtype) -> torch.Tensor:
     """Σ_k weight_k · expert_{id_k}(x) → fp32 [T, D], the bits of variants "bf16-split"/"bf16-fused".
     `st`: MXFP4 `StackedExperts` (scale bytes <= 128, checked by the caller); x [T, D] fp32/bf16;
     expert_ids / weights [T, k] with T·k <= STREAM_MAX_PAIRS."""
+    num_pairs, words, x, ids, route_w = checked_operands("stream_decode", x, expert_ids, weights, st)
     num_tokens, top_k = expert_ids.shape
-    num_pairs = num_tokens * top_k
-    if not applies(num_pairs):
-        raise ValueError(f"stream_decode: {num_pairs=} must be in 1..{STREAM_MAX_PAIRS}")
-    if st.fmt != "mxfp4" or st.hidden % 128 or st.dim % 128:
-        raise ValueError(f"stream_decode: needs MXFP4 experts with I, D multiples of 128, got {st.fmt} "
-                         f"I={st.hidden} D={st.dim}")
-    words = st.scale_words  # the scales as int32 [E, N, K/128]
-    for name, w in (("w1", st.w1), ("w3", st.w3), ("w2", st.w2)):
-        if w.stride(-1) != 1:
-            raise ValueError(f"stream_decode: {name} codes must be contiguous in K, got {w.stride()=}")
-    if st.w1.stride() != st.w3.stride() or st.w1_scales.stride() != st.w3_scales.stride():
-        raise ValueError(f"stream_decode: w1 and w3 must share strides, got {st.w1.stride()} / {st.w3.stride()}")
     dev = x.device
-    x = x.contiguous()
-    ids = expert_ids.contiguous()
-    route_w = weights.reshape(-1).float().contiguous()
 
     # --- launch parameters -----------------------------------------------------------------------
     dot = 0 if interpreting() else 1

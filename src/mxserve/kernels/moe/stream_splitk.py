@@ -23,7 +23,7 @@ from mxserve.kernels.moe._experts_stream_splitk_kernel import (
     _moe_splitk_gate_up_kernel,
 )
 from mxserve.kernels.moe.router import interpreting
-from mxserve.kernels.moe.stream import BLOCK_M, STREAM_MAX_PAIRS, applies
+from mxserve.kernels.moe.stream import BLOCK_M, STREAM_MAX_PAIRS, checked_operands
 
 # --- launch parameters (H200; benchmarks/moe.py --splitk-configs sweeps them) ----------------------
 # gate_up_k_split / down_k_split: K columns per program (multiples of 128). The number of splits is
@@ -63,23 +63,9 @@ def splitk_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tens
     `st`: MXFP4 `StackedExperts` (scale bytes <= 128, checked by the caller); x [T, D] fp32/bf16;
     expert_ids / weights [T, k] with T·k <= STREAM_MAX_PAIRS. whole_k: no K split whatever CONFIG says
     (the bits of the prefill tile's MMA order, `experts.py`'s MMA_ORDER default)."""
+    num_pairs, words, x, ids, route_w = checked_operands("splitk_decode", x, expert_ids, weights, st)
     num_tokens, top_k = expert_ids.shape
-    num_pairs = num_tokens * top_k
-    if not applies(num_pairs):
-        raise ValueError(f"splitk_decode: {num_pairs=} must be in 1..{STREAM_MAX_PAIRS}")
-    if st.fmt != "mxfp4" or st.hidden % 128 or st.dim % 128:
-        raise ValueError(f"splitk_decode: needs MXFP4 experts with I, D multiples of 128, got {st.fmt} "
-                         f"I={st.hidden} D={st.dim}")
-    words = st.scale_words  # the scales as int32 [E, N, K/128]
-    for name, w in (("w1", st.w1), ("w3", st.w3), ("w2", st.w2)):
-        if w.stride(-1) != 1:
-            raise ValueError(f"splitk_decode: {name} codes must be contiguous in K, got {w.stride()=}")
-    if st.w1.stride() != st.w3.stride() or st.w1_scales.stride() != st.w3_scales.stride():
-        raise ValueError(f"splitk_decode: w1 and w3 must share strides, got {st.w1.stride()} / {st.w3.stride()}")
     dev = x.device
-    x = x.contiguous()
-    ids = expert_ids.contiguous()
-    route_w = weights.reshape(-1).float().contiguous()
 
     # --- launch parameters -----------------------------------------------------------------------
     dot = 0 if interpreting() else 1
