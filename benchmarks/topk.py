@@ -159,7 +159,7 @@ ISSUE11_TARGET = 10.0  # rank in-step >= 10x torch.topk in-step (issue 11)
 
 def _row(impl, rows, c, kind, fn, inputs, **extra) -> dict:
     t0 = time.time()
-    r = {"impl": impl, "rows": rows, "C": c, "k": 512, "inputs": kind, **extra}
+    r = {"impl": impl, "rows": rows, "C": c, "k": 512, "inputs": kind, **extra}  # extra may carry another k
     try:
         one, ten = _timed(fn, inputs)
         r |= {"us_graph1": round(one, 2), "us_graph10": round(ten, 2)}
@@ -170,8 +170,9 @@ def _row(impl, rows, c, kind, fn, inputs, **extra) -> dict:
     return r
 
 
-def ab(out: Path, cases=AB_CASES) -> None:
-    """Parity of the rank path with the twin, then rank vs select vs torch.topk (see the docstring)."""
+def ab(out: Path, cases=AB_CASES, k: int = 512, tied_select: bool = False) -> None:
+    """Parity of the rank path with the twin, then rank vs select vs torch.topk (see the docstring).
+    `tied_select`: also time select on the tied rows (the rank path's slow case) at every row count."""
     from mxserve.kernels.topk import topk_tiebroken_ref
     from mxserve.kernels.topk.triton import (
         rank_launch_params,
@@ -179,7 +180,6 @@ def ab(out: Path, cases=AB_CASES) -> None:
         topk_tiebroken_triton_select,
     )
 
-    k = 512
     rows_out = []
 
     def save(r):
@@ -208,13 +208,15 @@ def ab(out: Path, cases=AB_CASES) -> None:
     for rows, c in cases:
         lp = rank_launch_params(rows, c, k, torch.device(DEV))
         shape = {"P": lp["rank"]["P"], "MB": lp["rank"]["MB"], "Q": lp["bound"]["Q"] if lp["bound"] else 0}
-        for kind in ("random", "tied") if rows == 1 else ("random",):
+        for kind in ("random", "tied") if rows == 1 or tied_select else ("random",):
             inputs = [(scores_for(kind, rows, c, seed=s), k, None, torch.full((rows,), c, device=DEV))
                       for s in range(3)]
-            save(_row("rank", rows, c, kind, topk_tiebroken_triton_rank, inputs, **shape))
+            save(_row("rank", rows, c, kind, topk_tiebroken_triton_rank, inputs, k=k, **shape))
+            if tied_select and kind == "tied":
+                save(_row("select", rows, c, kind, topk_tiebroken_triton_select, inputs, k=k))
             if kind == "random":
-                save(_row("select", rows, c, kind, topk_tiebroken_triton_select, inputs))
-                save(_row("torch.topk", rows, c, kind, lambda s, kk, m, nv: torch.topk(s, kk, dim=1), inputs))
+                save(_row("select", rows, c, kind, topk_tiebroken_triton_select, inputs, k=k))
+                save(_row("torch.topk", rows, c, kind, lambda s, kk, m, nv: torch.topk(s, kk, dim=1), inputs, k=k))
 
 
 RANK_VARIANTS = (  # (rows, C, overrides)
@@ -332,6 +334,8 @@ def main() -> None:
     ap.add_argument("--c", type=int, default=16384)
     ap.add_argument("--k", type=int, default=512)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--cases", default=None, help="ab: ROWSxC,ROWSxC,... instead of the built-in cases")
+    ap.add_argument("--tied-select", action="store_true", help="ab: time select on tied rows too")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.what == "parity":
@@ -341,7 +345,9 @@ def main() -> None:
     elif args.what == "sweep":
         sweep(args.out)
     elif args.what == "ab":
-        ab(args.out)
+        cases = (AB_CASES if args.cases is None
+                 else tuple(tuple(int(v) for v in case.split("x")) for case in args.cases.split(",")))
+        ab(args.out, cases, args.k, args.tied_select)
     elif args.what == "rank-sweep":
         rank_sweep(args.out)
     elif args.what == "ab-table":
