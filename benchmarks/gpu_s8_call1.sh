@@ -19,14 +19,14 @@ stamp "A+B (background, MMA on): MoE GPU tests, graphs == eager | C: Flash parit
  echo "graphs==eager exit $?" >> "$R/ab.status") &
 BG=$!
 for num in exact faithful; do
-    MXSERVE_MOE_MMA_ORDER=1 timeout -s INT 130 python3 benchmarks/flash_parity.py --layers 4 --prompts 4 --num-new 256 \
+    MXSERVE_MOE_MMA_ORDER=1 timeout -s INT 125 python3 benchmarks/flash_parity.py --layers 4 --prompts 4 --num-new 256 \
         --numerics $num --out "$R/flash_parity_${num}_mma.json" > "$R/flash_parity_${num}_mma.log" 2>&1
     echo "flash parity $num exit $?"; tail -n 4 "$R/flash_parity_${num}_mma.log" | cut -c1-200
 done
 wait $BG; cat "$R/ab.status"; tail -n 1 "$R/moe_gpu_tests.log" | cut -c1-200; tail -n 1 "$R/gates.log" | cut -c1-200
 stamp "D: default model faithful parity (8 x 256), MMA on | off, in parallel"
 for mma in 1 0; do
-    MXSERVE_MOE_MMA_ORDER=$mma timeout -s INT 100 python3 benchmarks/model_parity.py --prompts 8 --num-new 256 \
+    MXSERVE_MOE_MMA_ORDER=$mma timeout -s INT 110 python3 benchmarks/model_parity.py --prompts 8 --num-new 256 \
         --numerics faithful --out "$R/model_parity_faithful_mma$mma.json" > "$R/model_parity_faithful_mma$mma.log" 2>&1 &
 done
 wait
@@ -42,15 +42,15 @@ PY
 done
 stamp "E: batch_split b1,b64, MMA on then off"
 for mma in 1 0; do
-    (cd benchmarks && MXSERVE_MOE_MMA_ORDER=$mma timeout -s INT 70 python3 batch_split.py --batches 1,64 \
+    (cd benchmarks && MXSERVE_MOE_MMA_ORDER=$mma timeout -s INT 60 python3 batch_split.py --batches 1,64 \
         --decode-steps 48 --repeats 3 --out "$R/batch_split_mma$mma.json" > "$R/batch_split_mma$mma.log" 2>&1
      echo "mma=$mma exit $?"; grep -A3 "^batch" "$R/batch_split_mma$mma.log")
 done
 stamp "F: top-k rank vs select crossover"
-timeout -s INT 70 python3 benchmarks/topk.py ab --k 512 --tied-select \
+timeout -s INT 55 python3 benchmarks/topk.py ab --k 512 --tied-select \
     --cases 1x16384,2x16384,4x16384,8x16384,16x16384,32x16384,4x1024,16x1024,32x1024 --out "$R/topk512" \
     > "$R/topk512.log" 2>&1; echo "exit $?"
-timeout -s INT 45 python3 benchmarks/topk.py ab --k 64 --tied-select --cases 1x1024,8x1024,16x1024,64x1024 \
+timeout -s INT 35 python3 benchmarks/topk.py ab --k 64 --tied-select --cases 1x1024,8x1024,16x1024,64x1024 \
     --out "$R/topk64" > "$R/topk64.log" 2>&1; echo "exit $?"
 python3 - "$R" <<'PY'
 import json, sys, pathlib
