@@ -155,6 +155,12 @@ def test_kernel_switch(monkeypatch):
     assert torch.equal(launcher.topk_tiebroken_triton(scores, 9), want) and calls == [1]
     monkeypatch.setenv(launcher.KERNEL_ENV, "select")
     assert torch.equal(launcher.topk_tiebroken_triton(scores, 9), want) and calls == [1]
+    monkeypatch.setenv(launcher.KERNEL_ENV, "auto")  # the default: rank for few rows with a large k only
+    monkeypatch.setattr(launcher, "RANK_MIN_K", 9)
+    assert torch.equal(launcher.topk_tiebroken_triton(scores, 9), want) and calls == [1, 1]
+    assert torch.equal(launcher.topk_tiebroken_triton(scores, 8), topk_tiebroken_ref(scores, 8)) and calls == [1, 1]
+    monkeypatch.setattr(launcher, "RANK_MAX_ROWS", 1)
+    assert torch.equal(launcher.topk_tiebroken_triton(scores, 9), want) and calls == [1, 1]
     monkeypatch.setenv(launcher.KERNEL_ENV, "sorted")
     with pytest.raises(ValueError, match="MXSERVE_TOPK_KERNEL"):
         launcher.topk_tiebroken_triton(scores, 9)

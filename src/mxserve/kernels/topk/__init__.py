@@ -3,9 +3,10 @@
 `topk_tiebroken(scores, k, valid_mask=..., num_valid=..., backend="reference")` is the public
 entry; `reference.py` is the spec. The Triton launchers in `triton.py` keep the same contract and
 return identical indices; the attention chooser installs them: for rows of up to 16384
-candidates the radix-select kernel (default) or the rank path (MXSERVE_TOPK_KERNEL=rank, session
-7: a bound kernel that compacts S, then rank counting over many programs a row), and the legacy
-one-program kernel for longer rows or with MXSERVE_TOPK_LEGACY=1 / MXSERVE_TOPK_KERNEL=legacy.
+candidates the rank path (session 7: a bound kernel that compacts S, then rank counting over many
+programs a row) for at most 8 rows with k >= 512, else the radix-select kernel (MXSERVE_TOPK_KERNEL
+= auto, the default; rank / select force one), and the legacy one-program kernel for longer rows or
+with MXSERVE_TOPK_LEGACY=1 / MXSERVE_TOPK_KERNEL=legacy.
 """
 
 from __future__ import annotations

@@ -4,8 +4,14 @@
 `topk_tiebroken_triton` is the entry the attention chooser uses. For rows of up to 16384
 candidates it launches the kernel MXSERVE_TOPK_KERNEL names: `rank` (`_topk_rank_kernel.py`,
 session 7: sampled bounds, rank counting over many programs per row), `select` (the session-5
-radix-select kernel, `_topk_select_kernel.py`) or `legacy`; longer rows, and
-MXSERVE_TOPK_LEGACY=1, take the one-program legacy kernel (`_topk_kernel.py`).
+radix-select kernel, `_topk_select_kernel.py`), `legacy`, or `auto` (the default): rank for at most
+RANK_MAX_ROWS rows when k >= RANK_MIN_K, select otherwise. Every kernel returns the twin's indices
+exactly, so choosing by the row count changes no bit (batch invariance holds). The rule is the H200's
+(session 8 call 1, `benchmarks/topk.py ab`, us per call with 10 calls a graph, rank / select):
+k = 512: 1x16384 10.0 / 15.2, 8x16384 13.1 / 24.7, 4x1024 6.0 / 9.3, 16x16384 19.5 / 18.4,
+32x1024 20.5 / 12.3; k = 64 (the default model): select faster at every row count (1x1024 5.8 /
+4.0, 64x1024 8.6 / 5.9). Longer rows, and MXSERVE_TOPK_LEGACY=1, take the one-program legacy
+kernel (`_topk_kernel.py`).
 
 Limits (ValueError, never a silent fallback): rows of up to 65536 candidates (the row lives in
 registers; Flash at 256K context has 65536 CSA entries), k <= 4096. Difference from the twin:
@@ -32,9 +38,11 @@ MAX_CANDIDATES = 65536
 MAX_K = 4096
 SELECT_MAX_CANDIDATES = 16384  # the select kernel holds the row in registers: 32 per thread at 16 warps
 LEGACY_ENV = "MXSERVE_TOPK_LEGACY"
-KERNEL_ENV = "MXSERVE_TOPK_KERNEL"  # rank | select | legacy, for rows of <= 16384 candidates
-KERNELS = ("rank", "select", "legacy")
-DEFAULT_KERNEL = "select"  # `rank` becomes the default once the H200 run confirms it (issue 11)
+KERNEL_ENV = "MXSERVE_TOPK_KERNEL"  # auto | rank | select | legacy, for rows of <= 16384 candidates
+KERNELS = ("auto", "rank", "select", "legacy")
+DEFAULT_KERNEL = "auto"
+RANK_MAX_ROWS = 8  # "auto": the rank kernel up to this many rows (decode batches) ...
+RANK_MIN_K = 512  # ... when k is at least this (Flash's index_topk); select otherwise (module docstring)
 
 
 def topk_tiebroken_triton(
@@ -50,6 +58,8 @@ def topk_tiebroken_triton(
         raise ValueError(f"{KERNEL_ENV}={kernel!r}; expected one of {KERNELS}")
     if os.environ.get(LEGACY_ENV, "0") == "1" or scores.shape[-1] > SELECT_MAX_CANDIDATES or kernel == "legacy":
         return topk_tiebroken_triton_legacy(scores, k, valid_mask, num_valid)
+    if kernel == "auto":
+        kernel = "rank" if scores.shape[0] <= RANK_MAX_ROWS and k >= RANK_MIN_K else "select"
     if kernel == "rank":
         return topk_tiebroken_triton_rank(scores, k, valid_mask, num_valid)
     return topk_tiebroken_triton_select(scores, k, valid_mask, num_valid)
