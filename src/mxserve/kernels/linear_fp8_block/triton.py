@@ -15,8 +15,9 @@ Paths (the kernel files say why the arithmetic is ordered the way it is):
   cast launch fewer. The opt-in GEMV and fast-prefill tiles cast after their launch instead.
 - launch shapes (`tile`): "decode" = 16-token tile, BLOCK_N x (KB_PER_GROUP·128) weight slab per
   program on a fixed split-K grid (one group per program, also when the layer has one group);
-  "prefill" = tiled GEMM; "auto" = decode for M <= 16. Same arithmetic in both, so rows are
-  batch-invariant.
+  "prefill" = tiled GEMM; "auto" = decode for M <= 16 (`decode_max_m`: MXSERVE_LINEAR_DECODE_MAX_M
+  moves that bound up to 64 rows, cdiv(M, 16) row tiles in one launch). Same arithmetic in both, so
+  rows are batch-invariant.
   "gemv" = the CUDA-core FMA GEMV (`_gemv_kernel.py`) for M <= 4: faster at M = 1..4 where the
   MMA's 16-wide token tile is mostly padding, NOT bit-identical to the MMA path (opt-in).
   "prefill_fast" = a plain pipelined Hopper GEMM for prefill (`_prefill_fast_kernel.py`; opt-in,
@@ -83,7 +84,11 @@ from mxserve.kernels.linear_fp8_block.reference import (
     check_fp8_block_weight,
 )
 
-DECODE_MAX_M = 16  # rows up to which the decode launch (16-token tile, split-K grid) runs
+DECODE_MAX_M = 16  # rows up to which the decode launch (16-token tile, split-K grid) runs by default
+# the env switch that moves that bound (`decode_max_m`): up to 64 rows as cdiv(M, 16) row tiles of the
+# decode launch, one launch per linear instead of act_quant + GEMM + `_sum_groups_kernel`
+DECODE_MAX_M_ENV = "MXSERVE_LINEAR_DECODE_MAX_M"
+DECODE_MAX_M_LIMIT = 64
 XQ_FEW_ROWS_MAX = 2  # fused W8A8 decode: up to this many rows, only the live rows are quantized
 GEMV_MAX_M = 4  # rows the opt-in FMA GEMV takes
 _FEW_PROGRAMS = 264  # below this many output tiles (2 per H200 SM) the GEMM launch also splits K
@@ -156,7 +161,7 @@ class DecodeOptions:
     # reading codes + scales from an `act_quant` launch (X_MODE 1); same bits (tested). Off switch,
     # and the most rows it takes (above: the act_quant launch; for an A/B by batch size)
     fused_act_quant: bool = True
-    fused_act_quant_max_m: int = 16
+    fused_act_quant_max_m: int | None = None  # None: every decode launch (up to `decode_max_m()` rows)
     # the shape rule's W8A8 half (H200, session 6 call 3, benchmarks/gpu_s6_w8a8.sh, L2-cold graph replay at
     # M = 1): the fused launch wins on the small layers (wkv 8.8 -> 6.3 us, shared w2 9.6 -> 7.7, indexer
     # wq_b 9.4 -> 7.8) but loses on the >= 32 Mi-weight ones, whose programs each quantize the whole x
@@ -167,8 +172,9 @@ class DecodeOptions:
     def __post_init__(self) -> None:
         if self.one_group not in ("split", "in_program"):
             raise ValueError(f"DecodeOptions: {self.one_group=} must be 'split' or 'in_program'")
-        if not 1 <= self.fused_act_quant_max_m <= 16:
-            raise ValueError(f"DecodeOptions: {self.fused_act_quant_max_m=} must be in 1..16 (the decode tile)")
+        if self.fused_act_quant_max_m is not None and not 1 <= self.fused_act_quant_max_m <= DECODE_MAX_M_LIMIT:
+            raise ValueError(f"DecodeOptions: {self.fused_act_quant_max_m=} must be None or in "
+                             f"1..{DECODE_MAX_M_LIMIT} (the decode launch's rows)")
         if self.wo_config is not None and (len(self.wo_config) != 3 or 128 % self.wo_config[0]):
             raise ValueError(f"DecodeOptions: {self.wo_config=} must be (BLOCK_N dividing 128, warps, stages)")
 
@@ -193,6 +199,28 @@ def set_decode_options(options: DecodeOptions | None = None, **changes) -> Decod
     prev = _decode_options["value"]
     _decode_options["value"] = replace(options if options is not None else prev, **changes)
     return prev
+
+
+def decode_max_m() -> int:
+    """Rows up to which `tile="auto"` takes the decode launch: DECODE_MAX_M, or MXSERVE_LINEAR_DECODE_MAX_M
+    (DECODE_MAX_M .. DECODE_MAX_M_LIMIT). Above 16 rows the decode launch runs cdiv(M, 16) row tiles
+    with its fused split-sum and (W8A8) fused activation quantization: ONE launch where the prefill tile
+    takes act_quant + the GEMM + `_sum_groups_kernel`: at 64 rows the default model's layers are
+    small enough that launches, not arithmetic, set the time (H200 profile, session 7 call 1: 78 sum
+    and 67 act_quant launches, 194 of 1553 us per step; benchmarks/gpu_s8_linear64.sh measures the
+    switch). Same bits either way (the tiles share the arithmetic; tests/kernels/linear_fp8_block/test_decode_max_m.py).
+    Read per call, so a benchmark can A/B it in one process (outside CUDA-graph capture)."""
+    raw = os.environ.get(DECODE_MAX_M_ENV)
+    if raw is None or raw == "":
+        return DECODE_MAX_M
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not DECODE_MAX_M <= value <= DECODE_MAX_M_LIMIT:
+        raise ValueError(f"linear_fp8_block: {DECODE_MAX_M_ENV}={raw!r} must be an integer in "
+                         f"{DECODE_MAX_M}..{DECODE_MAX_M_LIMIT}")
+    return value
 
 
 def interpreting() -> bool:
@@ -338,17 +366,18 @@ def _fuses_act_quant(x2: torch.Tensor, weight: QuantizedWeight, tile: str) -> bo
     per output tile of 128 features, and its act_quant launch is a small part of a GEMM), of a
     small layer unless `fused_act_quant_large` says otherwise (the measured rule above)."""
     opts = _decode_options["value"]
-    is_decode = tile == "decode" or (tile == "auto" and x2.shape[0] <= DECODE_MAX_M)
+    m = x2.shape[0]
+    is_decode = tile == "decode" or (tile == "auto" and m <= decode_max_m())
     large = weight.shape[0] * weight.shape[1] >= LARGE_DECODE_WEIGHTS
     fuse_large = opts.fused_act_quant_large if opts.fused_act_quant_large is not None else not opts.shape_rule
-    return (is_decode and opts.fused_act_quant and x2.shape[0] <= opts.fused_act_quant_max_m
-            and (fuse_large or not large))
+    within = opts.fused_act_quant_max_m is None or m <= opts.fused_act_quant_max_m
+    return is_decode and opts.fused_act_quant and within and (fuse_large or not large)
 
 
 def _uses_prepared_x(x2: torch.Tensor, weight: QuantizedWeight, tile: str, weight_decode: str) -> bool:
     """`DecodeOptions.prep_x`: a decode launch of bf16/fp16 x on the e4m3fn fast path."""
     m = x2.shape[0]
-    is_decode = tile == "decode" or (tile == "auto" and m <= DECODE_MAX_M)
+    is_decode = tile == "decode" or (tile == "auto" and m <= decode_max_m())
     _, prep_x, _ = _decode_options["value"].weight_only_plan(*weight.shape, groups=1)
     return (prep_x and is_decode and m > 0 and x2.dtype in (torch.bfloat16, torch.float16)
             and weight.fmt == E4M3FN and weight_decode == "auto")
@@ -473,7 +502,7 @@ def launch_linear_fp8_block(
                   DOT=dot, W_KIND=1 if use_lut else 0)
     group = kb_per_group(n, k)
     num_groups = triton.cdiv(triton.cdiv(k, BLOCK_K), group)
-    is_decode = tile == "decode" or (tile == "auto" and m <= DECODE_MAX_M)
+    is_decode = tile == "decode" or (tile == "auto" and m <= decode_max_m())
     # spread K over programs (same groups, so the same bits) at decode and wherever the output
     # tiles are too few to fill the GPU (nominal 128x128 tiles; e.g. wq_a at M = 64 has 12). Decode
     # takes the one-group-per-program code even for a one-group layer (wq_b, head): the same
