@@ -20,14 +20,15 @@ import torch
 
 from mxserve.config import AttentionKind, ModelConfig
 from mxserve.kernels.linear import Weight
-from mxserve.model.chunk_batch import ChunkTables, batched_chunks_enabled, chunk_tables
+from mxserve.model.chunk_batch import ChunkTables, batched_chunks_enabled, candidate_width, chunk_tables
 from mxserve.model.compressor import (
     CompressorAddresses,
     CompressorSite,
-    CompressorSpec,
     CompressorWeights,
     compressor_addresses,
     compressor_step,
+    indexer_compressor_site,
+    kind_compressor_site,
 )
 from mxserve.model.forward_batch import ForwardBatch, SequenceChunk
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
@@ -97,14 +98,14 @@ def attention_heads(
     positions = batch.positions
     q, kv, indexer_q, indexer_w = project_inputs(x, positions, w, ctx)
 
-    for chunk in batch.chunks:
-        state.ensure_capacity(chunk.seq_id, chunk.end_pos)
     if observer is None and batch.chunks and batched_chunks_enabled():
-        tables = chunk_tables(state, batch)
+        tables = chunk_tables(state, batch)  # once per forward; makes the tables cover every chunk
         kernels.kv_insert(kv, w.kv_norm, cfg.rms_norm_eps, positions, ctx.inv_freq, caches.window,
-                          tables.slots(Pool.WINDOW, positions))
+                          tables.window_write())
         out = _attend_all_chunks(batch, x, q, indexer_q, indexer_w, w, ctx, caches, tables)
     else:
+        for chunk in batch.chunks:
+            state.ensure_capacity(chunk.seq_id, chunk.end_pos)
         out = _attend_chunk_by_chunk(batch, x, q, kv, indexer_q, indexer_w, w, ctx, caches, state, observer)
     return kernels.rope(out, positions, ctx.inv_freq, inverse=True, out_dtype=ctx.policy.stream_dtype)
 
@@ -198,22 +199,19 @@ def _attend_all_chunks(
 ) -> torch.Tensor:
     """`_attend_chunk` for every chunk of the batch at once (`mxserve.model.chunk_batch` says why
     the rows get the per-chunk path's bits): one slot map, one compressor step per compressor and
-    one sparse-attention launch; the CSA indexer's scoring and top-k per chunk."""
+    one sparse-attention launch; the CSA indexer's scoring and top-k per chunk. Every map but the
+    CSA layers' selected entries comes from `tables`, computed once per forward."""
     cfg, positions = ctx.config, batch.positions
-    window = torch.arange(-cfg.sliding_window + 1, 1, device=positions.device)
-    sources = [(caches.window, tables.slots(Pool.WINDOW, positions[:, None] + window[None, :]))]  # [T, W]
+    sources = [(caches.window, tables.window_read())]  # [T, W]
     if ctx.kind is not AttentionKind.SLIDING:
         site = main_compressor_site(ctx)
-        run_compressor(x, positions, w.compressor, site, tables.compressor_addresses(positions, site), ctx,
-                       caches.state, caches.compressed)
-        ratio = site.spec.ratio
-        visible = torch.div(positions + 1, ratio, rounding_mode="floor")  # entries s < visible[t]
+        run_compressor(x, positions, w.compressor, site, tables.compressor(site), ctx, caches.state, caches.compressed)
         if ctx.kind is AttentionKind.CSA:
+            visible = tables.visible(site.spec.ratio)  # entries s < visible[t]
             entry_ids = _indexer_select_all(batch, x, indexer_q, indexer_w, visible, w, ctx, caches, tables)
+            sources.append((caches.compressed, tables.slots(site.entry_pool, entry_ids)))
         else:  # the widest chunk's candidates; each row's list is its chunk's, then −1 (folded as nothing)
-            candidates = torch.arange(max(c.end_pos // ratio for c in batch.chunks), device=positions.device)
-            entry_ids = torch.where(candidates[None, :] < visible[:, None], candidates[None, :], -1)
-        sources.append((caches.compressed, tables.slots(site.entry_pool, entry_ids)))
+            sources.append((caches.compressed, tables.candidates(site.entry_pool, site.spec.ratio)[1]))
     return ctx.kernels.sparse_attention(q, sources, w.sink, cfg.head_dim**-0.5)
 
 
@@ -227,15 +225,14 @@ def _indexer_select_all(
     the decode step does); else each chunk scores its own sequence's key list."""
     cfg, kernels, positions = ctx.config, ctx.kernels, batch.positions
     site = indexer_compressor_site(cfg)
-    run_compressor(x, positions, w.indexer.compressor, site, tables.compressor_addresses(positions, site), ctx,
+    run_compressor(x, positions, w.indexer.compressor, site, tables.compressor(site), ctx,
                    caches.indexer_state, caches.indexer)
     if kernels.indexer_scores_cache is not None:
-        width = max(c.end_pos // site.spec.ratio for c in batch.chunks)  # the widest chunk's visible count
+        width = candidate_width(batch.chunks, site.spec.ratio)
         if width == 0:
             return positions.new_empty(positions.shape[0], 0)
-        ids = torch.arange(width, device=positions.device)
-        key_ids = torch.where(ids[None, :] < visible[:, None], ids[None, :], -1)  # [T, width]
-        scores = kernels.indexer_scores_cache(indexer_q, indexer_w, caches.indexer, tables.slots(Pool.INDEXER, key_ids))
+        scores = kernels.indexer_scores_cache(indexer_q, indexer_w, caches.indexer,
+                                              tables.candidates(Pool.INDEXER, site.spec.ratio)[1])
         return kernels.topk(scores, min(cfg.index_topk, width), num_valid=visible)
     picks = []
     for index, chunk in enumerate(batch.chunks):
@@ -244,11 +241,8 @@ def _indexer_select_all(
         if num_entries == 0:
             picks.append(positions.new_empty(chunk.num_tokens, 0))
             continue
-        key_slots = tables.chunk_slots(Pool.INDEXER, index, torch.arange(num_entries, device=positions.device))
-        if kernels.indexer_scores_cache is None:
-            scores = kernels.indexer_scores(indexer_q[rows], indexer_w[rows], caches.indexer.read(key_slots))
-        else:
-            scores = kernels.indexer_scores_cache(indexer_q[rows], indexer_w[rows], caches.indexer, key_slots)
+        key_slots = tables.chunk_slots(Pool.INDEXER, index, num_entries)
+        scores = kernels.indexer_scores(indexer_q[rows], indexer_w[rows], caches.indexer.read(key_slots))
         picks.append(kernels.topk(scores, min(cfg.index_topk, num_entries), num_valid=visible[rows]))
     width = max(p.shape[1] for p in picks)
     return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]), value=-1) for p in picks])
@@ -257,23 +251,6 @@ def _indexer_select_all(
 def main_compressor_site(ctx: LayerContext) -> CompressorSite:
     """The layer's own compressor: CSA (overlapping windows of compress_rate_csa) or HCA."""
     return kind_compressor_site(ctx.config, ctx.kind)
-
-
-def kind_compressor_site(cfg: ModelConfig, kind: AttentionKind) -> CompressorSite:
-    """The own compressor of a CSA or HCA layer of `cfg` (`main_compressor_site` without a layer)."""
-    if kind is AttentionKind.CSA:
-        return CompressorSite(CompressorSpec(cfg.compress_rate_csa, overlap=True, dim=cfg.head_dim),
-                              Pool.CSA_STATE, Pool.CSA)
-    if kind is AttentionKind.HCA:
-        return CompressorSite(CompressorSpec(cfg.compress_rate_hca, overlap=False, dim=cfg.head_dim),
-                              Pool.HCA_STATE, Pool.HCA)
-    raise ValueError(f"a {kind.value} layer has no compressor")
-
-
-def indexer_compressor_site(cfg: ModelConfig) -> CompressorSite:
-    """A CSA layer's indexer compressor (its keys live in the indexer cache)."""
-    return CompressorSite(CompressorSpec(cfg.compress_rate_csa, overlap=True, dim=cfg.index_head_dim),
-                          Pool.INDEXER_STATE, Pool.INDEXER)
 
 
 def _chunk_compressor_addresses(positions: torch.Tensor, site: CompressorSite, state: ModelCacheState,

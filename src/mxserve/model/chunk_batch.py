@@ -22,60 +22,199 @@ Row results are the per-chunk path's bits:
 
 Off switch: MXSERVE_PER_CHUNK_ATTENTION=1 keeps the per-chunk loop; a forward with an observer
 (verification) always takes it, because observers see values per sequence.
+
+Once per forward, not per layer (the prefill step is eager and host-bound: every aten op and
+launch of it is host time). The block tables are per sequence and shared by every layer with the
+pool, and the positions are the same in every layer, so every slot map that does not depend on a
+layer's data (the window's write and read slots, each compressor site's addresses, the visible
+counts, the HCA and indexer candidate lists and their slots) is computed on first use and kept
+for the rest of the forward, as `mxserve.model.decode_addresses` does for a decode step. Where
+the slot map is a Triton launch (CUDA) the first use computes all of them in ONE launch
+(`step_slot_maps`, the decode step's, over per-row tables); the twin path computes each on its
+own. The tables travel to the device as one copy, and the sequences' capacity is ensured once
+when they are built. Only the CSA layers' selected entries (their top-k, data) are mapped per
+layer. Same integers either way (tests/model/test_prefill_maps.py). The default model's
+one-prompt prefill: 192 aten compute ops + 514 Triton launches before, counted by
+`benchmarks/prefill_host_ops.py --launches`.
+
+Off switch: MXSERVE_PREFILL_LAYER_MAPS=1 maps per layer, as before (tables rebuilt from a full
+host comparison per layer, capacity ensured per layer); MXSERVE_PER_MAP_SLOTS=1 (decode's A/B
+switch) keeps the memo but computes map by map.
 """
 
 from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Callable, Hashable
 
 import torch
 
-from mxserve.kernels.paged_slots import paged_slots
-from mxserve.model.compressor import CompressorAddresses, CompressorSite, compressor_addresses
+from mxserve.config import AttentionKind
+from mxserve.kernels.paged_slots import paged_slots, step_slot_maps, use_triton
+from mxserve.kernels.paged_slots.step_maps_ref import CandidateMapSpec, SiteMapSpec, StepMapSpec
+from mxserve.model.compressor import (
+    CompressorAddresses,
+    CompressorSite,
+    compressor_addresses,
+    indexer_compressor_site,
+    kind_compressor_site,
+)
 from mxserve.model.forward_batch import ForwardBatch
 from mxserve.model.kv_state import ModelCacheState, Pool
 
 PER_CHUNK_ENV = "MXSERVE_PER_CHUNK_ATTENTION"
+LAYER_MAPS_ENV = "MXSERVE_PREFILL_LAYER_MAPS"
 
 
 def batched_chunks_enabled() -> bool:
     return os.environ.get(PER_CHUNK_ENV) != "1"
 
 
-class ChunkTables:
-    """Every row's block tables (those of its chunk's sequence) as one device tensor per pool."""
+def shared_maps_enabled() -> bool:
+    return os.environ.get(LAYER_MAPS_ENV) != "1"
 
-    def __init__(self, state: ModelCacheState, batch: ForwardBatch, host: dict[Pool, list[list[int]]]) -> None:
-        device = batch.positions.device
+
+class ChunkTables:
+    """Every row's block tables (those of its chunk's sequence) as one device tensor per pool, and
+    the forward's layer-independent slot maps (module docstring), each computed once."""
+
+    def __init__(self, state: ModelCacheState, batch: ForwardBatch, host: dict[Pool, list[list[int]]], *,
+                 shared: bool = True, fused: bool | None = None) -> None:
+        """`shared`: keep the maps for every layer (False: each accessor call computes afresh, the
+        per-layer path). `fused`: all maps in one launch on first use (None: where the slot map
+        is a Triton launch, unless MXSERVE_PER_MAP_SLOTS=1)."""
+        positions = batch.positions
+        device = positions.device
+        self.batch = batch
+        self.positions = positions
+        self.config = state.config
         self.block_size = state.block_size
         self.host = host  # pool → per-chunk page lists (the cache key)
-        row_chunk = _to_device(torch.repeat_interleave(torch.arange(len(batch.chunks)),
-                                                       torch.tensor([c.num_tokens for c in batch.chunks])), device)
+        self._positions_version = positions._version
+        self._shared = shared
+        if fused is None:
+            fused = shared and use_triton(positions) and os.environ.get("MXSERVE_PER_MAP_SLOTS") != "1"
+        self._fused = fused
+        self._memo: dict[Hashable, object] = {}
+        # Every pool's per-chunk tables (−1 padded to the pool's widest; ≥ 1 column: an empty table
+        # maps every index to −1) and each row's chunk in one host buffer, so one copy to the device
+        num_chunks = len(batch.chunks)
+        pieces, shapes = [], []
+        for tables in host.values():
+            width = max([1, *(len(t) for t in tables)])
+            pieces.append(torch.tensor([t + [-1] * (width - len(t)) for t in tables], dtype=torch.int64).flatten())
+            shapes.append((num_chunks, width))
+        pieces.append(torch.repeat_interleave(torch.arange(num_chunks), torch.tensor([c.num_tokens for c in batch.chunks])))
+        flat = _to_device(torch.cat(pieces), device)
+        views = flat.split([p.numel() for p in pieces])
+        row_chunk = views[-1]
         self.chunk_tables: dict[Pool, torch.Tensor] = {}
         self.row_tables: dict[Pool, torch.Tensor] = {}
-        for pool, tables in host.items():
-            width = max([1, *(len(t) for t in tables)])  # ≥ 1 column: an empty table maps every index to −1
-            padded = torch.tensor([t + [-1] * (width - len(t)) for t in tables], dtype=torch.int64)
-            self.chunk_tables[pool] = _to_device(padded, device)
+        for pool, view, shape in zip(host, views[:-1], shapes, strict=True):
+            self.chunk_tables[pool] = view.view(shape)
             self.row_tables[pool] = self.chunk_tables[pool].index_select(0, row_chunk)
 
     @staticmethod
     def host_tables(state: ModelCacheState, batch: ForwardBatch) -> dict[Pool, list[list[int]]]:
         return {pool: [list(state.block_tables[pool].get(c.seq_id, ())) for c in batch.chunks] for pool in Pool}
 
+    def still_valid(self, state: ModelCacheState, batch: ForwardBatch) -> bool:
+        """Whether these tables and maps are `batch`'s now: the same batch object, its positions
+        not written since, and every sequence's page lists equal to those they were built from."""
+        if batch is not self.batch or batch.positions._version != self._positions_version:
+            return False
+        tables = state.block_tables
+        return all([tables[pool].get(c.seq_id, []) for c in batch.chunks] == lists
+                   for pool, lists in self.host.items())
+
+    # ------------------------------------------------------------------ maps
+    def _once(self, key: Hashable, compute: Callable[[], object]):
+        if not self._shared:
+            return compute()
+        if self._fused:
+            self._fused = False
+            self._compute_all()
+        if key not in self._memo:  # the twin path, or a map the fused launch does not cover
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def _compute_all(self) -> None:
+        """Every map the model's layer kinds need in one `step_slot_maps` launch, filed under the
+        keys the accessors below use (`DecodeAddresses._compute_all`'s, with this batch's widths)."""
+        cfg, chunks = self.config, self.batch.chunks
+        kinds = set(cfg.layer_kinds)
+        sites: list[CompressorSite] = []
+        candidates: list[tuple[Pool, int, int]] = []
+        if AttentionKind.CSA in kinds:
+            sites += [kind_compressor_site(cfg, AttentionKind.CSA), indexer_compressor_site(cfg)]
+            candidates.append((Pool.INDEXER, cfg.compress_rate_csa, candidate_width(chunks, cfg.compress_rate_csa)))
+        if AttentionKind.HCA in kinds:
+            sites.append(kind_compressor_site(cfg, AttentionKind.HCA))
+            candidates.append((Pool.HCA, cfg.compress_rate_hca, candidate_width(chunks, cfg.compress_rate_hca)))
+        spec = StepMapSpec(
+            self.block_size, Pool.WINDOW.value, cfg.sliding_window,
+            tuple(SiteMapSpec(s.state_pool.value, s.entry_pool.value, s.spec.ratio, s.spec.overlap) for s in sites),
+            tuple(CandidateMapSpec(pool.value, ratio, num) for pool, ratio, num in candidates),
+        )
+        maps = step_slot_maps(self.positions, {pool.value: t for pool, t in self.row_tables.items()}, spec)
+        self._memo["window write"] = maps.window_write
+        self._memo["window read"] = maps.window_read
+        for site, m in zip(sites, maps.sites, strict=True):
+            self._memo[("compressor", site)] = CompressorAddresses(m.state_slots, m.entry_slots, m.entry_positions,
+                                                                   m.row_slots)
+        for (pool, ratio, num), m in zip(candidates, maps.candidates, strict=True):
+            self._memo[("visible", ratio)] = m.visible
+            self._memo[("candidates", pool, ratio, num)] = (m.entry_ids, m.slots)
+
     def slots(self, pool: Pool, indices: torch.Tensor) -> torch.Tensor:
-        """Global slots of per-row indices [T, ...] (row t's positions or entry ids); −1 where none."""
+        """Global slots of per-row indices [T, ...] (row t's positions or entry ids); −1 where none.
+        Not kept: for data-dependent indices."""
         return paged_slots(self.row_tables[pool], indices, self.block_size)
 
-    def chunk_slots(self, pool: Pool, chunk_index: int, indices: torch.Tensor) -> torch.Tensor:
-        """Global slots of one chunk's indices [N] (shared by the chunk's rows)."""
-        table = self.chunk_tables[pool][chunk_index:chunk_index + 1]
-        return paged_slots(table, indices[None, :], self.block_size)[0]
+    def window_write(self) -> torch.Tensor:
+        """[T] the window slot of each row's own token."""
+        return self._once("window write", lambda: self.slots(Pool.WINDOW, self.positions))
 
-    def compressor_addresses(self, positions: torch.Tensor, site: CompressorSite) -> CompressorAddresses:
-        return compressor_addresses(positions, site.spec, state_slots_of=lambda p: self.slots(site.state_pool, p),
-                                    entry_slots_of=lambda s: self.slots(site.entry_pool, s))
+    def window_read(self) -> torch.Tensor:
+        """[T, W] the window slots a row attends to: positions p−W+1 .. p (−1 before position 0)."""
+        def compute() -> torch.Tensor:
+            window = torch.arange(-self.config.sliding_window + 1, 1, device=self.positions.device)
+            return self.slots(Pool.WINDOW, self.positions[:, None] + window[None, :])
+        return self._once("window read", compute)
+
+    def compressor(self, site: CompressorSite) -> CompressorAddresses:
+        """A compressor's state, entry and receptive-field slots (`compressor_addresses`)."""
+        return self._once(("compressor", site), lambda: compressor_addresses(
+            self.positions, site.spec, state_slots_of=lambda p: self.slots(site.state_pool, p),
+            entry_slots_of=lambda s: self.slots(site.entry_pool, s)))
+
+    def visible(self, ratio: int) -> torch.Tensor:
+        """[T] compressed entries a row can see: s < (p + 1) // ratio."""
+        return self._once(("visible", ratio), lambda: torch.div(self.positions + 1, ratio, rounding_mode="floor"))
+
+    def candidates(self, pool: Pool, ratio: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(entry ids, slots) [T, N] of a row's visible entries in `pool`, N the widest chunk's
+        visible count (`candidate_width`): each row's list is its chunk's, then −1 (ids and slots)."""
+        num = candidate_width(self.batch.chunks, ratio)
+
+        def compute() -> tuple[torch.Tensor, torch.Tensor]:
+            ids = torch.arange(num, device=self.positions.device)
+            entry_ids = torch.where(ids[None, :] < self.visible(ratio)[:, None], ids[None, :], -1)
+            return entry_ids, self.slots(pool, entry_ids)
+        return self._once(("candidates", pool, ratio, num), compute)
+
+    def chunk_slots(self, pool: Pool, chunk_index: int, num: int) -> torch.Tensor:
+        """Global slots of one chunk's indices 0 .. num−1 (shared by the chunk's rows)."""
+        def compute() -> torch.Tensor:
+            table = self.chunk_tables[pool][chunk_index:chunk_index + 1]
+            return paged_slots(table, torch.arange(num, device=self.positions.device)[None, :], self.block_size)[0]
+        return self._once(("chunk", pool, chunk_index, num), compute)
+
+
+def candidate_width(chunks, ratio: int) -> int:
+    """The widest chunk's visible entry count at `ratio` (its last row's)."""
+    return max(c.end_pos // ratio for c in chunks)
 
 
 def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -85,17 +224,24 @@ def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 # One forward runs every layer over the same batch and tables: keep the last tables per cache state.
-_last_tables: weakref.WeakKeyDictionary[ModelCacheState, tuple[ForwardBatch, ChunkTables]] = \
-    weakref.WeakKeyDictionary()
+_last_tables: weakref.WeakKeyDictionary[ModelCacheState, ChunkTables] = weakref.WeakKeyDictionary()
 
 
 def chunk_tables(state: ModelCacheState, batch: ForwardBatch) -> ChunkTables:
-    """The batch's `ChunkTables`, built once per forward (reused while the batch and its tables
-    are unchanged: a host comparison of the page lists, no device work)."""
-    host = ChunkTables.host_tables(state, batch)
+    """The batch's `ChunkTables`, built once per forward: reused while the batch, its positions
+    and its tables are unchanged (a host comparison of the page lists, no device work). Building
+    them first makes every sequence's tables cover its chunk (`ensure_capacity`), so a reuse needs
+    no check. With MXSERVE_PREFILL_LAYER_MAPS=1: the per-layer path (capacity, a full host copy of
+    the tables for the comparison, and every map per layer)."""
+    shared = shared_maps_enabled()
     cached = _last_tables.get(state)
-    if cached is not None and cached[0] is batch and cached[1].host == host:
-        return cached[1]
-    tables = ChunkTables(state, batch, host)
-    _last_tables[state] = (batch, tables)
+    if shared and cached is not None and cached._shared and cached.still_valid(state, batch):
+        return cached
+    for chunk in batch.chunks:
+        state.ensure_capacity(chunk.seq_id, chunk.end_pos)
+    host = ChunkTables.host_tables(state, batch)
+    if not shared and cached is not None and not cached._shared and cached.batch is batch and cached.host == host:
+        return cached
+    tables = ChunkTables(state, batch, host, shared=shared)
+    _last_tables[state] = tables
     return tables

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mxserve.config import AttentionKind, ModelConfig
 from mxserve.kernels.linear import Weight
 from mxserve.model.fused_ref import compressor_emit_ref
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
@@ -51,6 +52,23 @@ class CompressorSite:
     spec: CompressorSpec
     state_pool: Pool
     entry_pool: Pool
+
+
+def kind_compressor_site(cfg: ModelConfig, kind: AttentionKind) -> CompressorSite:
+    """The own compressor of a CSA or HCA layer of `cfg`."""
+    if kind is AttentionKind.CSA:
+        return CompressorSite(CompressorSpec(cfg.compress_rate_csa, overlap=True, dim=cfg.head_dim),
+                              Pool.CSA_STATE, Pool.CSA)
+    if kind is AttentionKind.HCA:
+        return CompressorSite(CompressorSpec(cfg.compress_rate_hca, overlap=False, dim=cfg.head_dim),
+                              Pool.HCA_STATE, Pool.HCA)
+    raise ValueError(f"a {kind.value} layer has no compressor")
+
+
+def indexer_compressor_site(cfg: ModelConfig) -> CompressorSite:
+    """A CSA layer's indexer compressor (its keys live in the indexer cache)."""
+    return CompressorSite(CompressorSpec(cfg.compress_rate_csa, overlap=True, dim=cfg.index_head_dim),
+                          Pool.INDEXER_STATE, Pool.INDEXER)
 
 
 @dataclass(frozen=True)

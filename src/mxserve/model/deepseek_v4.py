@@ -151,8 +151,9 @@ class DeepseekV4Model:
         cfg, sd = self.config, self.policy.stream_dtype
         if batch.num_tokens == 0:
             return torch.zeros(0, cfg.vocab_size), torch.zeros(0, len(aux_layer_ids) * cfg.hidden_size, dtype=sd)
-        if int(batch.token_ids.max()) >= cfg.vocab_size or int(batch.token_ids.min()) < 0:
-            raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); got {batch.token_ids.min()}..{batch.token_ids.max()}")
+        low, high = torch.stack(torch.aminmax(batch.token_ids)).tolist()  # one host read (was two)
+        if high >= cfg.vocab_size or low < 0:
+            raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); got {low}..{high}")
         observer = self.observer
         captured: dict[int, torch.Tensor] = {}
 
@@ -170,7 +171,7 @@ class DeepseekV4Model:
                 captured[ctx.layer_id] = streams.double().mean(dim=1).to(sd)
 
         streams = self._layers(batch.token_ids, attend, after_moe if observer is not None else None, after_layer)
-        aux = torch.cat([captured[i] for i in aux_layer_ids], dim=-1) if aux_layer_ids else streams.new_zeros(0)
+        aux = torch.cat([captured[i] for i in aux_layer_ids], dim=-1) if aux_layer_ids else streams.new_empty(0)
         if batch.logits_rows is not None:
             streams = streams[batch.logits_rows]
         return self._logits(streams), aux
