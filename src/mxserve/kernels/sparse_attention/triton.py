@@ -25,6 +25,10 @@ Two partial kernels (`LaunchParams.kernel`):
   than "pieces" at every Flash shape: CSA 4K b1 27.0 vs 22.1 us, b8 63.9 vs 24.4, b64 293.5 vs
   91.0; HCA b1 24.1 vs 21.3, b64 84.4 vs 36.6 (its GPU parity tests passed). The sm_90 compile
   its design came from was Triton 3.9's; why 3.6 runs it 1.2-3x slower is not investigated.
+A third, "few_heads" (`_few_heads_kernel`, session 8), for fp8_ds_mla layers of at most 16 heads (the
+packaged default model's 4): one program per (token, head) folds every chunk in registers with fp32
+FMA products (no padded MMA, no workspace, no combine). OPT-IN (MXSERVE_SPARSE_ATTENTION_FEW_HEADS=1)
+until a GPU run (`benchmarks/gpu_s8_attn8.sh`); another fold order, the same tolerance.
 """
 
 from __future__ import annotations
