@@ -11,10 +11,18 @@ prompts of 25 tokens on a fresh cache, two ways:
 2. `h200` (with TRITON_INTERPRET=1; `--launches`): the model with every Triton kernel as the H200
    runs it (`tests.model.launch_count`: sm_90 choosers, CUDA paths of the slot maps), and the
    launches of one forward counted: aten compute ops (each a kernel launch on CUDA) plus Triton
-   launches, by name. The kernels are counted, not run (`--execute` runs them, slowly).
+   launches, by name. The kernels are counted, not run (`--execute` runs them, slowly); the host
+   wall of the forward with the launches stubbed (the model's glue, the launchers' Python and the
+   aten ops on small CPU tensors; not Triton's own launch path) is the median of `--repeats`.
 
     PYTHONPATH=src:. python benchmarks/prefill_host_ops.py --batch 1
     TRITON_INTERPRET=1 PYTHONPATH=src:. python benchmarks/prefill_host_ops.py --batch 1 --launches
+
+3. `--ab` (on the GPU): the engine's prefill step (`generate(max_tokens=1)`, every Triton kernel)
+   with the forward's maps shared (default) and per layer (MXSERVE_PREFILL_LAYER_MAPS=1), the two
+   interleaved in one process (prefill timings move between processes): median wall of each.
+
+    PYTHONPATH=src:. python benchmarks/prefill_host_ops.py --ab --device cuda --batches 1,64
 """
 
 from __future__ import annotations
@@ -90,7 +98,7 @@ def reference_counts(batch: int, repeats: int) -> dict:
             "aten_top": sorted(by_name.items(), key=lambda kv: -kv[1])[:12], "cprofile_top": top.getvalue()}
 
 
-def h200_launches(batch: int, execute: bool, sites: bool = False) -> dict:
+def h200_launches(batch: int, execute: bool, sites: bool = False, repeats: int = 5) -> dict:
     from tests.model.launch_count import ALL_TRITON, LaunchCounter, gpu_like_checks, h200_platform
 
     from mxserve.model.checkpoint import CheckpointReader
@@ -109,12 +117,49 @@ def h200_launches(batch: int, execute: bool, sites: bool = False) -> dict:
     counter, warm_up = LaunchCounter(), LaunchCounter()
     if sites:
         counter.sites = Counter()
+    walls = []
     with torch.no_grad(), gpu_like_checks():
         for c in (warm_up, counter):  # the warm-up: autotuners, expert stacking
             with c.counting_triton(execute=execute), c:
                 one_forward(model, state, tokens)
+        if not execute:  # host time with the Triton launches stubbed: the model's glue and the launchers' Python
+            for _ in range(repeats):
+                with LaunchCounter().counting_triton(execute=False):
+                    t0 = time.perf_counter()
+                    one_forward(model, state, tokens)
+                    walls.append(1e3 * (time.perf_counter() - t0))
     return {"batch": batch, "aten_launches": sum(counter.aten.values()), "triton_launches": sum(counter.triton.values()),
-            "report": counter.report(), "sites": dict(counter.sites or {})}
+            "report": counter.report(), "sites": dict(counter.sites or {}), "stubbed_wall_ms": walls,
+            "stubbed_wall_median_ms": statistics.median(walls) if walls else None}
+
+
+def ab_walls(batch: int, device: str, rounds: int) -> dict:
+    from mxserve import LLM, SamplingParams
+    from mxserve.model.chunk_batch import LAYER_MAPS_ENV
+
+    overrides = {"linear": "triton", "moe": "triton", "attention": "triton", "hc": "triton"} if device != "cpu" else {}
+    llm = LLM(kernel_overrides=overrides, max_num_seqs=batch, device=device, progress=False)
+    tokens, params = prompts(batch), SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    walls: dict[str, list[float]] = {"shared": [], "per_layer": []}
+    outputs: dict[str, list] = {}
+    for r in range(rounds + 2):  # two warm-up rounds (compiles, autotuning)
+        for mode in ("per_layer", "shared") if r % 2 else ("shared", "per_layer"):
+            if mode == "per_layer":
+                os.environ[LAYER_MAPS_ENV] = "1"
+            else:
+                os.environ.pop(LAYER_MAPS_ENV, None)
+            sync()
+            t0 = time.perf_counter()
+            out = llm.generate(tokens, params)
+            sync()
+            if r >= 2:
+                walls[mode].append(1e3 * (time.perf_counter() - t0))
+            outputs[mode] = [o.outputs[0].token_ids for o in out]
+    os.environ.pop(LAYER_MAPS_ENV, None)
+    med = {mode: statistics.median(w) for mode, w in walls.items()}
+    return {"batch": batch, "walls_ms": walls, "median_ms": med, "ratio": med["shared"] / med["per_layer"],
+            "same_tokens": outputs["shared"] == outputs["per_layer"]}
 
 
 def main() -> None:
@@ -124,20 +169,34 @@ def main() -> None:
     ap.add_argument("--launches", action="store_true", help="the h200 count (needs TRITON_INTERPRET=1)")
     ap.add_argument("--execute", action="store_true", help="with --launches: run the interpreted kernels")
     ap.add_argument("--sites", action="store_true", help="with --launches: the aten ops by source line")
+    ap.add_argument("--ab", action="store_true", help="shared vs per-layer maps, engine prefill walls")
+    ap.add_argument("--device", default="cuda", help="with --ab")
+    ap.add_argument("--batches", default="1,64", help="with --ab")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     result: dict = {}
-    if args.launches:
+    if args.ab:
+        rows = [ab_walls(int(b), args.device, args.repeats) for b in args.batches.split(",")]
+        for row in rows:
+            print(f"[prefill A/B] {row['batch']} x 25 tokens: shared maps {row['median_ms']['shared']:.1f} ms, "
+                  f"per layer {row['median_ms']['per_layer']:.1f} ms (x{row['ratio']:.3f}); same greedy tokens: "
+                  f"{row['same_tokens']}")
+        result = {"ab": rows}
+    elif args.launches:
         if os.environ.get("TRITON_INTERPRET") != "1":
             raise SystemExit("--launches needs TRITON_INTERPRET=1 (set before Python starts)")
-        result = h200_launches(args.batch, args.execute, args.sites)
+        result = h200_launches(args.batch, args.execute, args.sites, args.repeats)
         print(result["report"])
         for site, n in sorted(result["sites"].items(), key=lambda kv: kv[0].split()[1]):
             print(f"{n:5d}  {site}")
         print(f"\n[prefill h200-shaped] {args.batch} x 25 tokens: {result['aten_launches']} aten compute ops + "
               f"{result['triton_launches']} Triton launches = "
               f"{result['aten_launches'] + result['triton_launches']} launches")
+        if result["stubbed_wall_median_ms"] is not None:
+            print(f"[prefill h200-shaped] host wall with the Triton launches stubbed: median "
+                  f"{result['stubbed_wall_median_ms']:.1f} ms (of {args.repeats}: "
+                  f"{', '.join(f'{w:.1f}' for w in result['stubbed_wall_ms'])})")
     else:
         result = reference_counts(args.batch, args.repeats)
         print(result["cprofile_top"])
