@@ -6,7 +6,7 @@ host-to-device table copy (a stream sync) per slot map. At 64 prompts the defaul
 step took 1334 ms against 64 ms for one prompt (H200, session 6 call 3, `benchmarks/batch_split.py`):
 the step scaled with the number of sequences, not with the work.
 
-Here each row carries its own sequence's block tables (`ChunkTables`: one table copy per pool per
+Here each row carries its own sequence's block tables (`ChunkTables`: one host-to-device copy per
 forward), so one slot map, one compressor step per compressor and one sparse-attention launch
 serve every chunk. Only the CSA indexer's scoring and top-k stay per chunk: each chunk scores the
 key list of its own sequence.
@@ -34,8 +34,9 @@ the slot map is a Triton launch (CUDA) the first use computes all of them in ONE
 own. The tables travel to the device as one copy, and the sequences' capacity is ensured once
 when they are built. Only the CSA layers' selected entries (their top-k, data) are mapped per
 layer. Same integers either way (tests/model/test_prefill_maps.py). The default model's
-one-prompt prefill: 192 aten compute ops + 514 Triton launches before, counted by
-`benchmarks/prefill_host_ops.py --launches`.
+one-prompt prefill, counted as the H200 runs it (`benchmarks/prefill_host_ops.py --launches`):
+706 launches before (192 aten compute ops, mostly this address math, + 514 Triton, 49 of them
+slot maps), 487 after (18 + 469: one step-maps launch and the 3 CSA layers' entry maps).
 
 Off switch: MXSERVE_PREFILL_LAYER_MAPS=1 maps per layer, as before (tables rebuilt from a full
 host comparison per layer, capacity ensured per layer); MXSERVE_PER_MAP_SLOTS=1 (decode's A/B
