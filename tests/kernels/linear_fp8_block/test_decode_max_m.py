@@ -1,8 +1,8 @@
 """linear_fp8_block / linear_bf16: the decode launch above 16 rows (MXSERVE_LINEAR_DECODE_MAX_M).
 
 With the switch at 64, M = 17..64 runs cdiv(M, 16) row tiles of the decode launch — fused split-sum,
-and (W8A8) the activation quantization inside the programs — as ONE launch, where the default takes
-act_quant + the prefill GEMM + `_sum_groups_kernel`. The launcher's docstring says both tiles have
+and (W8A8) the activation quantization inside the programs — as ONE launch, where 16 (the off switch)
+takes act_quant + the prefill GEMM + `_sum_groups_kernel`; unset, the layer size decides (`decode_max_m`). The launcher's docstring says both tiles have
 the same arithmetic; these tests hold it to that under the interpreter: the same bits switch on vs
 off at M = 17, 33, 64 (partial and whole last row tiles), W8A8 and weight-only, fp32 and bf16 out,
 and a row's bits do not depend on M. What only the H200 shows (the MMA's own summation at 16 vs
@@ -55,14 +55,17 @@ def _no_extra_launches(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_switch_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(DECODE_MAX_M_ENV, raising=False)
-    assert decode_max_m() == 16
+    monkeypatch.delenv(DECODE_MAX_M_ENV, raising=False)  # the rule: small layers 64 rows, the rest 16
+    assert decode_max_m(2048, 128) == decode_max_m(256, 1024) == 64
+    assert decode_max_m(4096, 256) == decode_max_m(1536, 4096) == 16
     monkeypatch.setenv(DECODE_MAX_M_ENV, "64")
-    assert decode_max_m() == 64
+    assert decode_max_m(1536, 4096) == 64
+    monkeypatch.setenv(DECODE_MAX_M_ENV, "16")
+    assert decode_max_m(256, 256) == 16
     for bad in ("8", "65", "x"):
         monkeypatch.setenv(DECODE_MAX_M_ENV, bad)
         with pytest.raises(ValueError, match=DECODE_MAX_M_ENV):
-            decode_max_m()
+            decode_max_m(256, 256)
     assert DecodeOptions(fused_act_quant_max_m=64).fused_act_quant_max_m == 64
     with pytest.raises(ValueError, match="fused_act_quant_max_m"):
         DecodeOptions(fused_act_quant_max_m=65)
@@ -83,7 +86,7 @@ def test_switch_on_equals_off_and_rows_invariant(quantize_input: bool, monkeypat
     x = _activations(64, k, seed=k)
     xin = x if quantize_input else x.bfloat16()
     cases = [(m, torch.bfloat16) for m in rows] + [(rows[-1], None)]
-    monkeypatch.delenv(DECODE_MAX_M_ENV, raising=False)
+    monkeypatch.setenv(DECODE_MAX_M_ENV, "16")
     off = [linear_fp8_block_triton(xin[:m], w, quantize_input=quantize_input, out_dtype=dt) for m, dt in cases]
     with monkeypatch.context() as patched:
         patched.setenv(DECODE_MAX_M_ENV, "64")
@@ -113,7 +116,7 @@ def test_even_shape_switch_on_equals_off(monkeypatch: pytest.MonkeyPatch) -> Non
     w = weight(128, 256, seed=5)
     x = _activations(33, 256, seed=6)
     for q, xin in ((True, x), (False, x.bfloat16())):
-        monkeypatch.delenv(DECODE_MAX_M_ENV, raising=False)
+        monkeypatch.setenv(DECODE_MAX_M_ENV, "16")
         off = linear_fp8_block_triton(xin, w, quantize_input=q, out_dtype=torch.bfloat16)
         monkeypatch.setenv(DECODE_MAX_M_ENV, "64")
         on = linear_fp8_block_triton(xin, w, quantize_input=q, out_dtype=torch.bfloat16)
@@ -127,7 +130,7 @@ def test_bf16_linear_switch_on_equals_off(monkeypatch: pytest.MonkeyPatch) -> No
     n, k = 40, 300
     w = (torch.randn(n, k, generator=torch.Generator().manual_seed(3)) * 0.05).bfloat16().to(DEVICE)
     x = torch.randn(33, k, generator=torch.Generator().manual_seed(4)).to(DEVICE).bfloat16()
-    monkeypatch.delenv(DECODE_MAX_M_ENV, raising=False)
+    monkeypatch.setenv(DECODE_MAX_M_ENV, "16")
     off = linear_bf16_triton(x, w, out_dtype=torch.bfloat16)
     monkeypatch.setenv(DECODE_MAX_M_ENV, "64")
     monkeypatch.setattr(bf16_launcher, "_sum_groups_kernel", _RefusedKernel())
@@ -146,7 +149,7 @@ def test_gpu_switch_on_equals_off_eager_and_graph(n: int, k: int, monkeypatch: p
     w = weight(n, k, seed=12, device="cuda")
     x = torch.randn(64, k, device="cuda")
     for q, xin in ((True, x), (False, x.bfloat16())):
-        monkeypatch.delenv(DECODE_MAX_M_ENV, raising=False)
+        monkeypatch.setenv(DECODE_MAX_M_ENV, "16")
         off = {m: linear_fp8_block_triton(xin[:m], w, quantize_input=q, out_dtype=torch.bfloat16) for m in ROWS}
         monkeypatch.setenv(DECODE_MAX_M_ENV, "64")
         for m in ROWS:
@@ -165,7 +168,7 @@ def test_gpu_switch_on_equals_off_eager_and_graph(n: int, k: int, monkeypatch: p
         for i in range(3):
             static_x.copy_(xin * (i + 1))
             graph.replay()
-            monkeypatch.delenv(DECODE_MAX_M_ENV, raising=False)
+            monkeypatch.setenv(DECODE_MAX_M_ENV, "16")
             expect = linear_fp8_block_triton(static_x, w, quantize_input=q, out_dtype=torch.bfloat16)
             monkeypatch.setenv(DECODE_MAX_M_ENV, "64")
             assert _same_bits(static_out, expect), f"replay {i} {q=}: {first_mismatch(static_out, expect)}"

@@ -93,9 +93,11 @@ def test_in_kernel_codes_times_scales_are_the_faithful_values() -> None:
     assert torch.equal(got, standalone), first_mismatch(got, standalone)
 
 
-def test_fused_rows_are_batch_invariant() -> None:
+def test_fused_rows_are_batch_invariant(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows of M = 1, 2 and 3 equal those of M = 16 (all fused decode) and of M = 40 through the
-    prefill tile (act_quant launch + the GEMM launch): the bits depend on neither M nor the path."""
+    prefill tile (act_quant launch + the GEMM launch): the bits depend on neither M nor the path.
+    (MXSERVE_LINEAR_DECODE_MAX_M=16: this small layer would otherwise take the decode launch at 40 rows.)"""
+    monkeypatch.setenv(launcher.DECODE_MAX_M_ENV, "16")
     n, k = 72, 520
     w = weight(n, k, seed=31)
     x = torch.randn(40, k, generator=torch.Generator().manual_seed(8)).to(DEVICE).bfloat16()
@@ -109,6 +111,7 @@ def test_fused_rows_are_batch_invariant() -> None:
 
 def test_off_switch_runs_the_act_quant_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     """Decode W8A8 calls the standalone quantization only with the switch off; prefill always."""
+    monkeypatch.setenv(launcher.DECODE_MAX_M_ENV, "16")  # M = 20 on the prefill tile (not by layer size)
     calls = []
     real = launcher.quantize_fp8_block
     monkeypatch.setattr(launcher, "quantize_fp8_block", lambda x: calls.append(x.shape[0]) or real(x))

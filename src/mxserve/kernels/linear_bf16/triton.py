@@ -57,7 +57,7 @@ def linear_bf16_triton(x: torch.Tensor, weight: torch.Tensor, *, out_dtype: torc
     # --- launch parameters -------------------------------------------------------------------------
     group = kb_per_group(n, k)
     num_groups = triton.cdiv(triton.cdiv(k, 128), group)
-    is_decode = m <= decode_max_m()  # MXSERVE_LINEAR_DECODE_MAX_M: the FP8 launch's switch
+    is_decode = m <= decode_max_m(n, k)  # the FP8 launch's rule and switch (MXSERVE_LINEAR_DECODE_MAX_M)
     if interpreting():
         block_n, block_m, warps, stages = 64, 16 if is_decode else 32, 4, 1
     elif is_decode:

@@ -89,6 +89,8 @@ DECODE_MAX_M = 16  # rows up to which the decode launch (16-token tile, split-K 
 # decode launch, one launch per linear instead of act_quant + GEMM + `_sum_groups_kernel`
 DECODE_MAX_M_ENV = "MXSERVE_LINEAR_DECODE_MAX_M"
 DECODE_MAX_M_LIMIT = 64
+SMALL_LAYER_WEIGHTS = 1 << 18  # layers up to this many weights take the decode launch up to ...
+SMALL_LAYER_DECODE_MAX_M = 64  # ... this many rows when MXSERVE_LINEAR_DECODE_MAX_M is unset (`decode_max_m`)
 XQ_FEW_ROWS_MAX = 2  # fused W8A8 decode: up to this many rows, only the live rows are quantized
 GEMV_MAX_M = 4  # rows the opt-in FMA GEMV takes
 _FEW_PROGRAMS = 264  # below this many output tiles (2 per H200 SM) the GEMM launch also splits K
@@ -161,7 +163,7 @@ class DecodeOptions:
     # reading codes + scales from an `act_quant` launch (X_MODE 1); same bits (tested). Off switch,
     # and the most rows it takes (above: the act_quant launch; for an A/B by batch size)
     fused_act_quant: bool = True
-    fused_act_quant_max_m: int | None = None  # None: every decode launch (up to `decode_max_m()` rows)
+    fused_act_quant_max_m: int | None = None  # None: every decode launch (up to `decode_max_m(n, k)` rows)
     # the shape rule's W8A8 half (H200, session 6 call 3, benchmarks/gpu_s6_w8a8.sh, L2-cold graph replay at
     # M = 1): the fused launch wins on the small layers (wkv 8.8 -> 6.3 us, shared w2 9.6 -> 7.7, indexer
     # wq_b 9.4 -> 7.8) but loses on the >= 32 Mi-weight ones, whose programs each quantize the whole x
@@ -201,18 +203,22 @@ def set_decode_options(options: DecodeOptions | None = None, **changes) -> Decod
     return prev
 
 
-def decode_max_m() -> int:
-    """Rows up to which `tile="auto"` takes the decode launch: DECODE_MAX_M, or MXSERVE_LINEAR_DECODE_MAX_M
-    (DECODE_MAX_M .. DECODE_MAX_M_LIMIT). Above 16 rows the decode launch runs cdiv(M, 16) row tiles
-    with its fused split-sum and (W8A8) fused activation quantization: ONE launch where the prefill tile
-    takes act_quant + the GEMM + `_sum_groups_kernel`: at 64 rows the default model's layers are
-    small enough that launches, not arithmetic, set the time (H200 profile, session 7 call 1: 78 sum
-    and 67 act_quant launches, 194 of 1553 us per step; benchmarks/gpu_s8_linear64.sh measures the
-    switch). Same bits either way (the tiles share the arithmetic; tests/kernels/linear_fp8_block/test_decode_max_m.py).
-    Read per call, so a benchmark can A/B it in one process (outside CUDA-graph capture)."""
+def decode_max_m(n: int, k: int) -> int:
+    """Rows up to which `tile="auto"` takes the decode launch for an [n, k] weight. Above 16 rows the
+    decode launch runs cdiv(M, 16) row tiles with its fused split-sum and (W8A8) fused activation
+    quantization: ONE launch where the prefill tile takes act_quant + the GEMM + `_sum_groups_kernel`.
+    Same bits either way (the tiles share the arithmetic; tests/kernels/linear_fp8_block/
+    test_decode_max_m.py), so the choice may follow M and the shape freely.
+    Unset MXSERVE_LINEAR_DECODE_MAX_M: SMALL_LAYER_DECODE_MAX_M rows for layers of at most
+    SMALL_LAYER_WEIGHTS weights, DECODE_MAX_M for the rest. H200, session 8 call 2 (gpu_s8_linear64.sh,
+    CUDA-graph replay): the default model's layers (<= 256 Ki weights) at 17..64 rows 0.43-0.70x the
+    time of the three launches (step device time 1.78 -> 1.59 ms at 64 requests); its 1 Mi-weight head
+    0.82x at 17 rows but 1.19x at 33 and 64; Flash's 6 Mi and 16 Mi layers 1.0-2.0x (each row tile
+    reads the weights again). A value (DECODE_MAX_M .. DECODE_MAX_M_LIMIT) applies to every layer: 16
+    is the off switch. Read per call, so a benchmark can A/B it in one process (outside capture)."""
     raw = os.environ.get(DECODE_MAX_M_ENV)
     if raw is None or raw == "":
-        return DECODE_MAX_M
+        return SMALL_LAYER_DECODE_MAX_M if n * k <= SMALL_LAYER_WEIGHTS else DECODE_MAX_M
     try:
         value = int(raw)
     except ValueError:
@@ -367,7 +373,7 @@ def _fuses_act_quant(x2: torch.Tensor, weight: QuantizedWeight, tile: str) -> bo
     small layer unless `fused_act_quant_large` says otherwise (the measured rule above)."""
     opts = _decode_options["value"]
     m = x2.shape[0]
-    is_decode = tile == "decode" or (tile == "auto" and m <= decode_max_m())
+    is_decode = tile == "decode" or (tile == "auto" and m <= decode_max_m(*weight.shape))
     large = weight.shape[0] * weight.shape[1] >= LARGE_DECODE_WEIGHTS
     fuse_large = opts.fused_act_quant_large if opts.fused_act_quant_large is not None else not opts.shape_rule
     within = opts.fused_act_quant_max_m is None or m <= opts.fused_act_quant_max_m
@@ -377,7 +383,7 @@ def _fuses_act_quant(x2: torch.Tensor, weight: QuantizedWeight, tile: str) -> bo
 def _uses_prepared_x(x2: torch.Tensor, weight: QuantizedWeight, tile: str, weight_decode: str) -> bool:
     """`DecodeOptions.prep_x`: a decode launch of bf16/fp16 x on the e4m3fn fast path."""
     m = x2.shape[0]
-    is_decode = tile == "decode" or (tile == "auto" and m <= decode_max_m())
+    is_decode = tile == "decode" or (tile == "auto" and m <= decode_max_m(*weight.shape))
     _, prep_x, _ = _decode_options["value"].weight_only_plan(*weight.shape, groups=1)
     return (prep_x and is_decode and m > 0 and x2.dtype in (torch.bfloat16, torch.float16)
             and weight.fmt == E4M3FN and weight_decode == "auto")
@@ -502,7 +508,7 @@ def launch_linear_fp8_block(
                   DOT=dot, W_KIND=1 if use_lut else 0)
     group = kb_per_group(n, k)
     num_groups = triton.cdiv(triton.cdiv(k, BLOCK_K), group)
-    is_decode = tile == "decode" or (tile == "auto" and m <= decode_max_m())
+    is_decode = tile == "decode" or (tile == "auto" and m <= decode_max_m(n, k))
     # spread K over programs (same groups, so the same bits) at decode and wherever the output
     # tiles are too few to fill the GPU (nominal 128x128 tiles; e.g. wq_a at M = 64 has 12). Decode
     # takes the one-group-per-program code even for a one-group layer (wq_b, head): the same
