@@ -25,10 +25,6 @@ Two partial kernels (`LaunchParams.kernel`):
   than "pieces" at every Flash shape: CSA 4K b1 27.0 vs 22.1 us, b8 63.9 vs 24.4, b64 293.5 vs
   91.0; HCA b1 24.1 vs 21.3, b64 84.4 vs 36.6 (its GPU parity tests passed). The sm_90 compile
   its design came from was Triton 3.9's; why 3.6 runs it 1.2-3x slower is not investigated.
-A third, "few_heads" (`_few_heads_kernel`, session 8), for fp8_ds_mla layers of at most 16 heads (the
-packaged default model's 4): one program per (token, head) folds every chunk in registers with fp32
-FMA products (no padded MMA, no workspace, no combine). OPT-IN (MXSERVE_SPARSE_ATTENTION_FEW_HEADS=1)
-until a GPU run (`benchmarks/gpu_s8_attn8.sh`); another fold order, the same tolerance.
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ import torch
 import triton
 
 from mxserve.kernels.attention_ops.cache_args import EntryMode, cache_args
-from mxserve.kernels.sparse_attention._few_heads_kernel import _sparse_attention_few_heads_kernel
 from mxserve.kernels.sparse_attention._fold_kernel import _sparse_attention_fold_kernel
 from mxserve.kernels.sparse_attention._sparse_attention_kernel import (
     _sparse_attention_combine_kernel,
@@ -51,8 +46,6 @@ from mxserve.kernels.sparse_attention._sparse_attention_kernel import (
 from mxserve.kernels.sparse_attention.reference import sparse_attention_ref
 
 HALVES_ENV = "MXSERVE_SPARSE_ATTENTION_HALVES"  # "1": "halves" where eligible (opt-in: slower on the H200)
-FEW_HEADS_ENV = "MXSERVE_SPARSE_ATTENTION_FEW_HEADS"  # "1": "few_heads" where eligible (opt-in until a GPU run)
-FEW_HEADS_MAX = 16  # heads per layer up to which "few_heads" is eligible
 
 
 def interpreting() -> bool:
@@ -118,14 +111,12 @@ class LaunchParams:
     block_k: int  # keys per chunk
     piece: int  # channels per entry piece (64: one fp8_ds_mla NoPE group; else load_entries); "pieces" only
     num_warps: int
-    kernel: str = "pieces"  # "pieces" (_sparse_attention_kernel), "halves" (_fold_kernel) or "few_heads"
-    # (_few_heads_kernel: one program per token and head, fp32 FMA, no workspace); the last two fp8_ds_mla only
+    kernel: str = "pieces"  # "pieces" (_sparse_attention_kernel) or "halves" (_fold_kernel, fp8_ds_mla only)
     split_ch_blocks: int = 2  # "halves", split mode: programs per (token, head block, chunk), 1, 2 or 4
     fold_ch_blocks: int = 4  # "halves", fold mode: programs per (token, head block), 2 or 4
     fold_min_tokens: int = 32  # "halves": fold mode from this many tokens on (the same bits either way)
     fold_stages: int = 1  # "halves", fold mode: software-pipeline stages of the chunk loop
     pdl: bool = False  # "halves", split mode on a GPU: the combine as a programmatic dependent launch
-    prefetch: bool = True  # "few_heads": the next chunk's entries loaded before this chunk's products
 
 
 # "halves" on a GPU (session 7; gpu_s7_attn.sh times it against "pieces"), from sm_90 compiles with
@@ -146,27 +137,9 @@ def halves_eligible(mode: EntryMode, head_dim: int) -> bool:
     return mode is EntryMode.DS_MLA and head_dim == 512
 
 
-def few_heads_eligible(mode: EntryMode, num_heads: int, head_dim: int) -> bool:
-    """The "few_heads" kernel reads fp8_ds_mla entries (head_dim 512); one program per head, so
-    only for few heads (each program gathers its token's entries again)."""
-    return mode is EntryMode.DS_MLA and head_dim == 512 and num_heads <= FEW_HEADS_MAX
-
-
-def few_heads_params(block_k: int | None = None, num_warps: int = 8, prefetch: bool = True) -> LaunchParams:
-    """The "few_heads" kernel's parameters: on a GPU 32-key chunks on 8 warps, the next chunk's bytes
-    in flight during this chunk's products (Triton 3.9 for sm_90: 255 registers, 20 bytes of spills;
-    64-key chunks spill ~1 KB with the prefetch, 235 registers and none without it); 16-key chunks
-    interpreted. A function of nothing but the kernel choice: the fold never depends on the batch."""
-    block_k = block_k or (16 if interpreting() else 32)
-    return LaunchParams(dot=0, block_h=1, block_k=block_k, piece=64, num_warps=num_warps, kernel="few_heads",
-                        prefetch=prefetch)
-
-
 def launch_params(mode: EntryMode, num_heads: int, head_dim: int) -> LaunchParams:
     """Block sizes from the cache encoding and the head shape only: they fix the fold, so they must
     never depend on the batch. The interpreter takes whole rows (one piece: its cost is per op)."""
-    if few_heads_eligible(mode, num_heads, head_dim) and os.environ.get(FEW_HEADS_ENV, "0") == "1":
-        return few_heads_params()
     if interpreting():
         return LaunchParams(dot=0, block_h=min(64, triton.next_power_of_2(num_heads)), block_k=16,
                             piece=triton.next_power_of_2(head_dim), num_warps=4)
@@ -200,12 +173,6 @@ def _launch(q, srcs, sink, scale, out, lp: LaunchParams | None) -> None:
     (a0, s0), (a1, s1) = srcs[0], srcs[-1]
     k0, k1 = s0.shape[1], (s1.shape[1] if len(srcs) == 2 else 0)
     lp = lp or launch_params(a0.mode, num_heads, head_dim)
-    if lp.kernel == "few_heads":
-        if not halves_eligible(a0.mode, head_dim):
-            raise ValueError(f"sparse_attention: the few_heads kernel reads fp8_ds_mla entries of 512, got "
-                             f"{a0.mode.name} {head_dim}")
-        _launch_few_heads(q, srcs, sink, scale, out, lp, k0, k1)
-        return
     if lp.kernel == "halves":
         if not halves_eligible(a0.mode, head_dim):
             raise ValueError(f"sparse_attention: the halves kernel reads fp8_ds_mla entries of 512, got {a0.mode.name} "
@@ -285,21 +252,3 @@ def _launch_halves(q, srcs, sink, scale, out, lp: LaunchParams, k0: int, k1: int
                 HEAD_DIM=head_dim, BLOCK_H=cb_h, BLOCK_D=cb_d, NUM_STAGES=COMBINE_NUM_STAGES, PDL=pdl,
                 num_warps=COMBINE_NUM_WARPS, **({"launch_pdl": True} if pdl else {}),
             )
-
-
-def _launch_few_heads(q, srcs, sink, scale, out, lp: LaunchParams, k0: int, k1: int) -> None:
-    """The "few_heads" kernel: one program per (token, head) folds every chunk and writes the output
-    (one launch at any batch size: no workspace, no combine)."""
-    num_tokens, num_heads, _ = q.shape
-    (a0, s0), (a1, s1) = srcs[0], srcs[-1]
-    chunks0 = triton.cdiv(k0, lp.block_k)
-    num_chunks = chunks0 + triton.cdiv(k1, lp.block_k)
-    aligned = all(a.stride % 16 == 0 and a.data_bytes % 16 == 0 and a.buffer.data_ptr() % 16 == 0 for a, _ in srcs)
-    _sparse_attention_few_heads_kernel[(num_tokens, num_heads)](
-        q, sink, out,
-        a0.buffer, s0, k0, s0.stride(0), a0.block_size, a0.stride,
-        a1.buffer, s1, k1, s1.stride(0), a1.block_size, a1.stride,
-        chunks0, num_chunks, scale, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        DATA_BYTES=a0.data_bytes, SCALE_BYTES=a0.scale_bytes, BLOCK_K=lp.block_k, ALIGNED=aligned,
-        NATIVE_FP8=not interpreting(), PREFETCH=lp.prefetch, num_warps=lp.num_warps,
-    )
