@@ -85,6 +85,7 @@ def test_default_variant_takes_the_prefill_tile_at_prefill_sizes(monkeypatch):
     decode below; the fused tile on experts the bf16 scale decode cannot take."""
     import mxserve.kernels.moe.experts as experts_mod
 
+    monkeypatch.setenv(experts_mod.MMA_ORDER_ENV, "0")  # the routing of the other K order (the MMA order's: test_experts_mma_order)
     calls = []
     real = experts_mod.prefill_experts
     monkeypatch.setattr(experts_mod, "prefill_experts", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))

@@ -168,6 +168,7 @@ def test_default_variant_streams_small_calls_only(monkeypatch):
     the H200), the split decode above; the bits are the same either way."""
     import mxserve.kernels.moe.experts as experts_mod
 
+    monkeypatch.setenv(experts_mod.MMA_ORDER_ENV, "0")  # the routing of the other K order (the MMA order's: test_experts_mma_order)
     calls = []
     real = experts_mod.stream_decode
     monkeypatch.setattr(experts_mod, "stream_decode", lambda *a, **k: calls.append(a[1].numel()) or real(*a, **k))
