@@ -47,22 +47,13 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable, Hashable
 
 import torch
 
-from mxserve.config import AttentionKind
-from mxserve.kernels.paged_slots import paged_slots, step_slot_maps, use_triton
-from mxserve.kernels.paged_slots.step_maps_ref import CandidateMapSpec, SiteMapSpec, StepMapSpec
-from mxserve.model.compressor import (
-    CompressorAddresses,
-    CompressorSite,
-    compressor_addresses,
-    indexer_compressor_site,
-    kind_compressor_site,
-)
+from mxserve.kernels.paged_slots import paged_slots, use_triton
 from mxserve.model.forward_batch import ForwardBatch
 from mxserve.model.kv_state import ModelCacheState, Pool
+from mxserve.model.step_maps import StepAddressMaps
 
 PER_CHUNK_ENV = "MXSERVE_PER_CHUNK_ATTENTION"
 LAYER_MAPS_ENV = "MXSERVE_PREFILL_LAYER_MAPS"
@@ -76,7 +67,7 @@ def shared_maps_enabled() -> bool:
     return os.environ.get(LAYER_MAPS_ENV) != "1"
 
 
-class ChunkTables:
+class ChunkTables(StepAddressMaps):
     """Every row's block tables (those of its chunk's sequence) as one device tensor per pool, and
     the forward's layer-independent slot maps (module docstring), each computed once."""
 
@@ -87,17 +78,13 @@ class ChunkTables:
         is a Triton launch, unless MXSERVE_PER_MAP_SLOTS=1)."""
         positions = batch.positions
         device = positions.device
-        self.batch = batch
-        self.positions = positions
-        self.config = state.config
-        self.block_size = state.block_size
-        self.host = host  # pool → per-chunk page lists (the cache key)
-        self._positions_version = positions._version
-        self._shared = shared
         if fused is None:
             fused = shared and use_triton(positions) and os.environ.get("MXSERVE_PER_MAP_SLOTS") != "1"
-        self._fused = fused
-        self._memo: dict[Hashable, object] = {}
+        super().__init__(state.config, state.block_size, fused=fused, shared=shared)
+        self.batch = batch
+        self.positions = positions
+        self.host = host  # pool → per-chunk page lists (the cache key)
+        self._positions_version = positions._version
         # Every pool's per-chunk tables (−1 padded to the pool's widest; ≥ 1 column: an empty table
         # maps every index to −1) and each row's chunk in one host buffer, so one copy to the device
         num_chunks = len(batch.chunks)
@@ -129,81 +116,17 @@ class ChunkTables:
         return all([tables[pool].get(c.seq_id, []) for c in batch.chunks] == lists
                    for pool, lists in self.host.items())
 
-    # ------------------------------------------------------------------ maps
-    def _once(self, key: Hashable, compute: Callable[[], object]):
-        if not self._shared:
-            return compute()
-        if self._fused:
-            self._fused = False
-            self._compute_all()
-        if key not in self._memo:  # the twin path, or a map the fused launch does not cover
-            self._memo[key] = compute()
-        return self._memo[key]
+    # ------------------------------------------------------------------ maps (StepAddressMaps)
+    def tables_by_row(self) -> dict[Pool, torch.Tensor]:
+        return self.row_tables
 
-    def _compute_all(self) -> None:
-        """Every map the model's layer kinds need in one `step_slot_maps` launch, filed under the
-        keys the accessors below use (`DecodeAddresses._compute_all`'s, with this batch's widths)."""
-        cfg, chunks = self.config, self.batch.chunks
-        kinds = set(cfg.layer_kinds)
-        sites: list[CompressorSite] = []
-        candidates: list[tuple[Pool, int, int]] = []
-        if AttentionKind.CSA in kinds:
-            sites += [kind_compressor_site(cfg, AttentionKind.CSA), indexer_compressor_site(cfg)]
-            candidates.append((Pool.INDEXER, cfg.compress_rate_csa, candidate_width(chunks, cfg.compress_rate_csa)))
-        if AttentionKind.HCA in kinds:
-            sites.append(kind_compressor_site(cfg, AttentionKind.HCA))
-            candidates.append((Pool.HCA, cfg.compress_rate_hca, candidate_width(chunks, cfg.compress_rate_hca)))
-        spec = StepMapSpec(
-            self.block_size, Pool.WINDOW.value, cfg.sliding_window,
-            tuple(SiteMapSpec(s.state_pool.value, s.entry_pool.value, s.spec.ratio, s.spec.overlap) for s in sites),
-            tuple(CandidateMapSpec(pool.value, ratio, num) for pool, ratio, num in candidates),
-        )
-        maps = step_slot_maps(self.positions, {pool.value: t for pool, t in self.row_tables.items()}, spec)
-        self._memo["window write"] = maps.window_write
-        self._memo["window read"] = maps.window_read
-        for site, m in zip(sites, maps.sites, strict=True):
-            self._memo[("compressor", site)] = CompressorAddresses(m.state_slots, m.entry_slots, m.entry_positions,
-                                                                   m.row_slots)
-        for (pool, ratio, num), m in zip(candidates, maps.candidates, strict=True):
-            self._memo[("visible", ratio)] = m.visible
-            self._memo[("candidates", pool, ratio, num)] = (m.entry_ids, m.slots)
+    def candidate_width(self, pool: Pool, ratio: int) -> int:
+        return candidate_width(self.batch.chunks, ratio)
 
-    def slots(self, pool: Pool, indices: torch.Tensor) -> torch.Tensor:
-        """Global slots of per-row indices [T, ...] (row t's positions or entry ids); −1 where none.
-        Not kept: for data-dependent indices."""
-        return paged_slots(self.row_tables[pool], indices, self.block_size)
-
-    def window_write(self) -> torch.Tensor:
-        """[T] the window slot of each row's own token."""
-        return self._once("window write", lambda: self.slots(Pool.WINDOW, self.positions))
-
-    def window_read(self) -> torch.Tensor:
-        """[T, W] the window slots a row attends to: positions p−W+1 .. p (−1 before position 0)."""
-        def compute() -> torch.Tensor:
-            window = torch.arange(-self.config.sliding_window + 1, 1, device=self.positions.device)
-            return self.slots(Pool.WINDOW, self.positions[:, None] + window[None, :])
-        return self._once("window read", compute)
-
-    def compressor(self, site: CompressorSite) -> CompressorAddresses:
-        """A compressor's state, entry and receptive-field slots (`compressor_addresses`)."""
-        return self._once(("compressor", site), lambda: compressor_addresses(
-            self.positions, site.spec, state_slots_of=lambda p: self.slots(site.state_pool, p),
-            entry_slots_of=lambda s: self.slots(site.entry_pool, s)))
-
-    def visible(self, ratio: int) -> torch.Tensor:
-        """[T] compressed entries a row can see: s < (p + 1) // ratio."""
-        return self._once(("visible", ratio), lambda: torch.div(self.positions + 1, ratio, rounding_mode="floor"))
-
-    def candidates(self, pool: Pool, ratio: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def candidates(self, pool: Pool, ratio: int, num: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(entry ids, slots) [T, N] of a row's visible entries in `pool`, N the widest chunk's
-        visible count (`candidate_width`): each row's list is its chunk's, then −1 (ids and slots)."""
-        num = candidate_width(self.batch.chunks, ratio)
-
-        def compute() -> tuple[torch.Tensor, torch.Tensor]:
-            ids = torch.arange(num, device=self.positions.device)
-            entry_ids = torch.where(ids[None, :] < self.visible(ratio)[:, None], ids[None, :], -1)
-            return entry_ids, self.slots(pool, entry_ids)
-        return self._once(("candidates", pool, ratio, num), compute)
+        visible count (`candidate_width`) unless given: each row's list is its chunk's, then −1."""
+        return super().candidates(pool, ratio, candidate_width(self.batch.chunks, ratio) if num is None else num)
 
     def chunk_slots(self, pool: Pool, chunk_index: int, num: int) -> torch.Tensor:
         """Global slots of one chunk's indices 0 .. num−1 (shared by the chunk's rows)."""
