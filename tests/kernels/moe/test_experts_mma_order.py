@@ -1,4 +1,4 @@
-"""The MMA K order of the whole MoE (on by default; MXSERVE_MOE_MMA_ORDER=0 turns it off) on the CPU under the
+"""The MMA K order of the whole MoE (MXSERVE_MOE_MMA_ORDER=1; by shape when unset) on the CPU under the
 interpreter: a token's bits are the same alone (the splitk decode) and inside batches that take the
 prefill tile in MMA order (32- and 64-row blocks), in faithful and exact numerics; the values are the
 fp64 twin's within the tolerances of every bf16 variant (test_experts.TOL). The H200 checks are in
@@ -73,14 +73,18 @@ def test_switch_and_the_splitk_variant(mma_order, monkeypatch):
     _equal(_run(x, ids, w, "exact"), old, "switch off vs bf16-prefill")
 
 
-def test_default_on_and_switch(monkeypatch):
-    """Unset: on (the default); "0" / "1" off / on; any other value is an error, not a silent default."""
+def test_shape_rule_and_switch(monkeypatch):
+    """Unset or "auto": the MMA order from MMA_ORDER_MIN_DIM (Flash's 4096) on, not on the default
+    model's 256; "1" / "0" force it; any other value is an error, not a silent default."""
     monkeypatch.delenv(experts.MMA_ORDER_ENV, raising=False)
-    assert experts.mma_order_on()
-    monkeypatch.setenv(experts.MMA_ORDER_ENV, "0")
-    assert not experts.mma_order_on()
-    monkeypatch.setenv(experts.MMA_ORDER_ENV, "1")
-    assert experts.mma_order_on()
+    assert experts.mma_order_for(4096) and experts.mma_order_for(7168)
+    assert not experts.mma_order_for(256) and not experts.mma_order_for(experts.MMA_ORDER_MIN_DIM - 1)
     monkeypatch.setenv(experts.MMA_ORDER_ENV, "auto")
+    assert experts.mma_order_for(4096) and not experts.mma_order_for(256)
+    monkeypatch.setenv(experts.MMA_ORDER_ENV, "1")
+    assert experts.mma_order_for(256)
+    monkeypatch.setenv(experts.MMA_ORDER_ENV, "0")
+    assert not experts.mma_order_for(4096)
+    monkeypatch.setenv(experts.MMA_ORDER_ENV, "yes")
     with pytest.raises(ValueError, match="MXSERVE_MOE_MMA_ORDER"):
-        experts.mma_order_on()
+        experts.mma_order_for(4096)

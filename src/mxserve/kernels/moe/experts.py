@@ -37,14 +37,16 @@ Variants ("how the multiply runs"; all compute the same math, tolerances in test
   MMA order: "bf16" takes "bf16-stream-splitk"'s paths at every size on experts the split decode
           applies to, without a K split whatever its CONFIG: one K order for decode and prefill, so a
           token's bits do not depend on the batch (tests/kernels/moe/test_experts_mma_order.py).
-          ON by default (`mma_order_on`; MXSERVE_MOE_MMA_ORDER=0 is the off switch). H200: session 7,
-          Flash MoE, 1 token 61.5 -> 47.8 us, 64 tokens 1.67 -> 1.15 ms, 1024 2.64 -> 1.94 ms, 4096
-          unchanged; session 8 call 1 (order forced on): MoE GPU tests and graphs == eager pass, the
-          random Flash 4-layer model greedy for 256 tokens equal to the reference kernels (3 of 4
-          prompts, the fourth a 0.094-nat near tie at token 177), the default model's faithful
-          divergence profile identical on and off; call 4, the default model's decode graph, device
-          time: b1 0.909 vs 0.914 ms, b64 1.378 vs 1.402 ms (call 1's step walls had suggested the
-          opposite at b64: those walls moved 1.47-2.19 ms between processes of one config).
+          Chosen by the experts' shape (`mma_order_for`), never by the batch: ON for experts of
+          hidden >= MMA_ORDER_MIN_DIM (DeepSeek-V4-Flash's 4096), where the H200 measured it faster
+          (session 7: 1 token 61.5 -> 47.8 us, 64 tokens 1.67 -> 1.15 ms, 1024 2.64 -> 1.94 ms, 4096
+          unchanged; session 8 call 1: the random Flash 4-layer model greedy for 256 tokens equal to
+          the reference kernels, 3 of 4 prompts, the fourth a 0.094-nat near tie at token 177), OFF for
+          smaller ones. On the packaged default model (hidden 256) its decode is a little faster
+          (session 8 call 4, decode graph device time at 64 rows: 1.378 vs 1.402 ms) but its prefill
+          tile is much slower: a 64-prompt prefill step of 25-token prompts took 68.1 ms with it
+          against 42.6 ms without (call 6, the same process order, e2e 26.3k vs 34.0k tok/s), and a
+          token's K order must be one for decode and prefill. MXSERVE_MOE_MMA_ORDER=1 / 0 forces it.
   "bf16-fused"  "bf16" with the split decode and the prefill tile off (the fused gate/up+SwiGLU
           kernel at every size): the off switch, and the baseline the benchmark times them against.
 Tile shapes depend on the number of pairs (decode: 16-row blocks; fused prefill: 64; the prefill
@@ -93,21 +95,23 @@ SPLIT_MAX_PAIRS_PER_EXPERT = 16  # "bf16-split" runs its decode kernels up to th
 # call 1, Flash MoE, real routing) it ran 1 token in 61.4 us against the split decode's 75.3 and 4
 # tokens in 211 against 224, but 16 tokens in 712 against 666 and 64 in 1712 against 1643.
 STREAM_DEFAULT_MAX_PAIRS = 32
-# The MMA K order (variant "bf16-stream-splitk"'s, module docstring) as "bf16"'s order at every size;
-# MXSERVE_MOE_MMA_ORDER=0 is the off switch (the stream decode's order and the fused/prefill tiles).
+# The MMA K order (variant "bf16-stream-splitk"'s, module docstring) as "bf16"'s order at every size, by
+# the experts' shape; MXSERVE_MOE_MMA_ORDER=1 / 0 forces it on / off ("auto" or unset: the shape rule).
 MMA_ORDER_ENV = "MXSERVE_MOE_MMA_ORDER"
+MMA_ORDER_MIN_DIM = 4096  # hidden size from which the shape rule turns it on (the size measured faster)
 # In that order: the splitk decode (no K split) up to this many pairs, the prefill tile in MMA order above
 # (both give the same bits, so this is a speed knob only; <= stream.STREAM_MAX_PAIRS).
 MMA_DECODE_MAX_PAIRS = 512
 
 
-def mma_order_on() -> bool:
-    """Whether variant "bf16" runs the MMA K order: yes unless `MMA_ORDER_ENV` is "0". Read at each call
-    (and so at graph capture). ValueError for a value other than "0" / "1"."""
-    setting = os.environ.get(MMA_ORDER_ENV, "1")
-    if setting not in ("0", "1"):
-        raise ValueError(f"{MMA_ORDER_ENV}={setting!r}; expected 0 (off) or 1 (on, the default)")
-    return setting == "1"
+def mma_order_for(dim: int) -> bool:
+    """Whether variant "bf16" runs the MMA K order on experts of hidden size `dim`: `MMA_ORDER_ENV`
+    "1" / "0" forces it, else (unset or "auto") on from `MMA_ORDER_MIN_DIM`. Read at each call (and so
+    at graph capture); a function of the shape, never of the batch. ValueError for another value."""
+    setting = os.environ.get(MMA_ORDER_ENV, "auto")
+    if setting not in ("0", "1", "auto"):
+        raise ValueError(f"{MMA_ORDER_ENV}={setting!r}; expected 0, 1 or auto")
+    return setting == "1" or (setting == "auto" and dim >= MMA_ORDER_MIN_DIM)
 
 
 def packed_or_none(w: object) -> QuantizedWeight | None:
@@ -268,7 +272,7 @@ def moe_experts_triton(
     if variant in cheap_decode and not st.takes_split_decode:
         raise ValueError(f"moe_experts: variant {variant!r} needs scale bytes <= {MAX_SPLIT_SCALE_BYTE}, these reach "
                          f"{st.max_scale_byte()} > {MAX_SPLIT_SCALE_BYTE} (its bf16 factor would overflow)")
-    if variant == "bf16-stream-splitk" or (variant == "bf16" and split and mma_order_on()):
+    if variant == "bf16-stream-splitk" or (variant == "bf16" and split and mma_order_for(st.dim)):
         kw = dict(limit=limit, quantize_inputs=quantize_inputs, hidden_dtype=hidden_dtype)
         if tile != "prefill" and stream_applies(num_pairs) and num_pairs <= MMA_DECODE_MAX_PAIRS:
             return splitk_decode(x, expert_ids, weights, st, whole_k=variant == "bf16", **kw)
