@@ -15,9 +15,9 @@ Paths (the kernel files say why the arithmetic is ordered the way it is):
   cast launch fewer. The opt-in GEMV and fast-prefill tiles cast after their launch instead.
 - launch shapes (`tile`): "decode" = 16-token tile, BLOCK_N x (KB_PER_GROUP·128) weight slab per
   program on a fixed split-K grid (one group per program, also when the layer has one group);
-  "prefill" = tiled GEMM; "auto" = decode for M <= 16 (`decode_max_m`: MXSERVE_LINEAR_DECODE_MAX_M
-  moves that bound up to 64 rows, cdiv(M, 16) row tiles in one launch). Same arithmetic in both, so
-  rows are batch-invariant.
+  "prefill" = tiled GEMM; "auto" = decode up to `decode_max_m(n, k)` rows: 64 for layers of at most
+  2^18 weights (cdiv(M, 16) row tiles in one launch), 16 for larger ones; MXSERVE_LINEAR_DECODE_MAX_M
+  sets it for every layer. Same arithmetic in both, so rows are batch-invariant.
   "gemv" = the CUDA-core FMA GEMV (`_gemv_kernel.py`) for M <= 4: faster at M = 1..4 where the
   MMA's 16-wide token tile is mostly padding, NOT bit-identical to the MMA path (opt-in).
   "prefill_fast" = a plain pipelined Hopper GEMM for prefill (`_prefill_fast_kernel.py`; opt-in,
@@ -84,9 +84,9 @@ from mxserve.kernels.linear_fp8_block.reference import (
     check_fp8_block_weight,
 )
 
-DECODE_MAX_M = 16  # rows up to which the decode launch (16-token tile, split-K grid) runs by default
-# the env switch that moves that bound (`decode_max_m`): up to 64 rows as cdiv(M, 16) row tiles of the
-# decode launch, one launch per linear instead of act_quant + GEMM + `_sum_groups_kernel`
+DECODE_MAX_M = 16  # rows up to which the decode launch (16-token tile, split-K grid) runs on large layers
+# the env switch that sets the bound for every layer (`decode_max_m`): up to 64 rows as cdiv(M, 16) row
+# tiles of the decode launch, one launch per linear instead of act_quant + GEMM + `_sum_groups_kernel`
 DECODE_MAX_M_ENV = "MXSERVE_LINEAR_DECODE_MAX_M"
 DECODE_MAX_M_LIMIT = 64
 SMALL_LAYER_WEIGHTS = 1 << 18  # layers up to this many weights take the decode launch up to ...
