@@ -12,6 +12,7 @@ test_step_maps.py, tests/model/test_decode_addresses.py, tests/model/test_prefil
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
 
 import torch
@@ -29,7 +30,7 @@ from mxserve.model.compressor import (
 from mxserve.model.kv_state import Pool
 
 
-class StepAddressMaps:
+class StepAddressMaps(ABC):
     """Subclasses set `positions` ([R] int64, one per row) and give `tables_by_row` (pool → [R, pages]
     of each row's sequence) and `candidate_width` (the width of a pool's candidate lists)."""
 
@@ -44,11 +45,13 @@ class StepAddressMaps:
         self._shared = shared
         self._memo: dict[Hashable, object] = {}
 
+    @abstractmethod
     def tables_by_row(self) -> dict[Pool, torch.Tensor]:
-        raise NotImplementedError
+        """pool → [R, pages]: each row's sequence's block table."""
 
+    @abstractmethod
     def candidate_width(self, pool: Pool, ratio: int) -> int:
-        raise NotImplementedError
+        """The width of `pool`'s candidate lists at `ratio` in the one-launch maps."""
 
     # ------------------------------------------------------------------ memo and the one launch
     def _once(self, key: Hashable, compute: Callable[[], object]):
