@@ -4,6 +4,7 @@ in any cache: target window/compressed/indexer caches, compressor state rows, DS
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from mxserve import LLM, SamplingParams
@@ -24,19 +25,28 @@ def caches_of(llm: LLM) -> list[torch.Tensor]:
     return out
 
 
-def test_fifty_prompts_greedy_identical_with_the_dspark_draft(tiny_0731):
+def test_fifty_prompts_greedy_identical_with_the_dspark_draft(tiny_0731, monkeypatch):
+    """Both step paths with the real draft: the eager step, and the graphed one (`step_graphs`,
+    the static buffers on the CPU), whose drafts must be the eager drafter's: same acceptances."""
     prompts = random_prompts(50, 499, seed=1, max_len=8)
     params = SamplingParams(max_tokens=5, **GREEDY)
     plain = LLM(str(tiny_0731), max_model_len=64, progress=False)
     want = [o.outputs[0].token_ids for o in plain.generate(prompts, params)]
-    spec = LLM(str(tiny_0731), max_model_len=64, progress=False,
-               speculative_config='{"method": "dspark", "num_speculative_tokens": 3}')
-    got = [o.outputs[0].token_ids for o in spec.generate(prompts, params)]
-    assert got == want
-    stats = spec.engine.spec_decode_stats
-    # every request's first decode verified a full K=3 block (max_tokens=5 leaves room for 3 + 1)
-    assert stats.num_verifies >= 50 and len(stats.accepted_per_position) == 3
-    assert stats.mean_acceptance_length == 1 + stats.num_accepted_tokens / stats.num_verifies
+    stats = {}
+    for graphed in ("0", "1"):
+        monkeypatch.setenv("MXSERVE_SPEC_GRAPHS", graphed)
+        # 8 requests at a time: a verify step of 8 x (3 + 1) rows fits the graphs' largest bucket
+        spec = LLM(str(tiny_0731), max_model_len=64, max_num_seqs=8, progress=False,
+                   speculative_config='{"method": "dspark", "num_speculative_tokens": 3}')
+        got = [o.outputs[0].token_ids for o in spec.generate(prompts, params)]
+        assert got == want
+        stats[graphed] = spec.engine.spec_decode_stats
+        # every request's first decode verified a full K=3 block (max_tokens=5 leaves room for 3 + 1)
+        assert stats[graphed].num_verifies >= 50 and len(stats[graphed].accepted_per_position) == 3
+        assert stats[graphed].mean_acceptance_length == 1 + stats[graphed].num_accepted_tokens / stats[graphed].num_verifies
+        graphs = spec.engine.runner.step_graphs
+        assert (graphs is None) if graphed == "0" else (graphs.num_steps > 0)
+    assert stats["1"].as_dict() == stats["0"].as_dict()
 
 
 def test_partial_acceptance_under_chunked_prefill_and_batching_is_lossless(tiny_0731):
@@ -73,10 +83,14 @@ def test_preemption_with_speculation_gives_identical_tokens(tiny_0731):
     assert tight.engine.spec_decode_stats.num_accepted_tokens > 0
 
 
-def test_rejected_drafts_leave_every_cache_byte_identical(tiny_0731):
+@pytest.mark.parametrize("graphed", ["0", "1"], ids=["eager-step", "graphed-step"])
+def test_rejected_drafts_leave_every_cache_byte_identical(tiny_0731, graphed, monkeypatch):
     """One request (so both engines hand out the same pages): after generation, every byte of
     every target cache equals the plain run's, and the DSpark windows equal those written by
-    one prefill over the final committed sequence."""
+    one prefill over the final committed sequence. Both step paths: the eager forward with
+    `CacheSnapshot`, and the graphed step's static buffers (`step_graphs`: verify as decode rows,
+    `RowSnapshot` rollback; on the CPU without capture)."""
+    monkeypatch.setenv("MXSERVE_SPEC_GRAPHS", graphed)
     prompt = random_prompts(1, 499, seed=11, min_len=40, max_len=41)[0]
     params = SamplingParams(max_tokens=22, **GREEDY)
     opts = dict(max_model_len=80, block_size=16, max_num_seqs=1, progress=False)
@@ -87,7 +101,11 @@ def test_rejected_drafts_leave_every_cache_byte_identical(tiny_0731):
     runner.drafter = ScriptedDrafter({tuple(prompt): want}, 512, period=4, phase=2)
     assert spec.generate([prompt], params)[0].outputs[0].token_ids == want
     assert 0 < runner.stats.num_accepted_tokens < runner.stats.num_draft_tokens
-    assert runner.num_restored_entries > 0  # rejected positions did write, and were put back
+    assert runner.num_rolled_back_positions > 0  # rejected positions did write, and were put back
+    if graphed == "1":
+        assert runner.step_graphs.num_steps > 0  # decode steps took the graphed path
+    else:
+        assert runner.step_graphs is None and runner.num_restored_entries > 0
     for a, b in zip(caches_of(plain), caches_of(spec), strict=True):
         # the pools differ in page count (the spec plan charges the DSpark windows to the window
         # pool); both engines use the lowest pages, so compare the common prefix, the rest is zero

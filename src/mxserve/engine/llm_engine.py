@@ -216,7 +216,8 @@ class LLMEngine:
         logger.info("speculative decoding: %s, K=%d, %s drafts, %s verification", spec.method,
                     self.num_speculative_tokens, spec.draft_sample_method, spec.rejection_sample_method)
         return SpeculativeModelRunner(self.model, cache_state, self.device, draft=draft, windows=windows, config=spec,
-                                      block_width=self.num_speculative_tokens)
+                                      block_width=self.num_speculative_tokens, max_model_len=self.max_model_len,
+                                      enforce_eager=self.config.enforce_eager)
 
     @property
     def spec_decode_stats(self) -> SpecDecodeStats | None:

@@ -167,8 +167,7 @@ class DeepseekV4Model:
             if observer is not None:
                 observer.on_layer_output(ctx.layer_id, batch, streams)
             if ctx.layer_id in aux_layer_ids:
-                # hc-mean in fp64 (order-free, batch invariant), rounded once to the stream dtype
-                captured[ctx.layer_id] = streams.double().mean(dim=1).to(sd)
+                captured[ctx.layer_id] = _hc_mean(streams, sd)
 
         streams = self._layers(batch.token_ids, attend, after_moe if observer is not None else None, after_layer)
         aux = torch.cat([captured[i] for i in aux_layer_ids], dim=-1) if aux_layer_ids else streams.new_empty(0)
@@ -184,14 +183,38 @@ class DeepseekV4Model:
         and cache bytes are bit-identical to `forward` on the same tokens as chunks of one. The
         inputs are validated on the host by `build_decode_batch`; the observer is not called (the
         engine runs `forward` when one is set)."""
+        return self._decode(batch, state, geometry, None, ())[0]
 
-        addresses = DecodeAddresses(batch, geometry, self.config)
+    @torch.no_grad()
+    def decode_forward_with_aux(
+        self, batch: DecodeBatch, state: ModelCacheState, geometry: DecodeGeometry, aux_layer_ids: Sequence[int], *,
+        addresses: DecodeAddresses | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`decode_forward`, plus the DSpark input of every row (as `forward_with_aux`: the hc-mean
+        after each layer in `aux_layer_ids`) → (logits [B, vocab], aux [B, len(ids)·D]). Rows may
+        be several consecutive positions of one sequence (a speculative verify): every op writes all
+        rows' cache entries before any row reads them, so each row computes exactly what a one-token
+        decode at its position would. `addresses`: the step's slot maps when the caller needs them
+        too (the speculative rollback saves the slots this step writes); built here otherwise."""
+        return self._decode(batch, state, geometry, addresses, tuple(aux_layer_ids))
+
+    def _decode(self, batch: DecodeBatch, state: ModelCacheState, geometry: DecodeGeometry,
+                addresses: DecodeAddresses | None, aux_layer_ids: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        if addresses is None:
+            addresses = DecodeAddresses(batch, geometry, self.config)
+        captured: dict[int, torch.Tensor] = {}
 
         def attend(x: torch.Tensor, attention: AttentionWeights, ctx: LayerContext) -> torch.Tensor:
             heads = decode_attention_heads(x, addresses, attention, ctx, state.layers[ctx.layer_id])
             return output_projection(heads, attention, ctx)
 
-        return self._logits(self._layers(batch.token_ids, attend))
+        def after_layer(ctx: LayerContext, streams: torch.Tensor) -> None:
+            if ctx.layer_id in aux_layer_ids:
+                captured[ctx.layer_id] = _hc_mean(streams, self.policy.stream_dtype)
+
+        streams = self._layers(batch.token_ids, attend, after_layer=after_layer if aux_layer_ids else None)
+        aux = torch.cat([captured[i] for i in aux_layer_ids], dim=-1) if aux_layer_ids else streams.new_empty(0)
+        return self._logits(streams), aux
 
     # CUDA graphs (mxserve.engine.cuda_graphs): pure-decode steps can run `decode_forward`, whose
     # shapes depend only on (bucket, DecodeGeometry) and which never syncs with the host itself.
@@ -234,3 +257,9 @@ class DeepseekV4Model:
         collapsed = self.kernels.hc_head(streams, *self.hc_head_weights, **hc_args)
         hidden = self.kernels.rms_norm(collapsed, self.final_norm, cfg.rms_norm_eps)
         return self.kernels.linear(hidden, self.head)
+
+
+def _hc_mean(streams: torch.Tensor, stream_dtype: torch.dtype) -> torch.Tensor:
+    """The DSpark capture of one layer's output: the mean over the hc streams [T, hc, D] → [T, D],
+    in fp64 (order-free, batch invariant), rounded once to the stream dtype."""
+    return streams.double().mean(dim=1).to(stream_dtype)

@@ -18,10 +18,16 @@ Per step (docs/speculative.md):
 Draws are keyed by (request seed, anchor position, purpose, index): replayable, independent of the
 batch, and never reused across steps (block verification consults every acceptance draw, so a
 draw reused at a later step would be biased).
+
+A step in which every request verifies drafts runs as CUDA-graph replays instead (`step_graphs`:
+draft, verify as one decode row per position, rollback + commit on the device), with the same
+verification and the same tokens. `MXSERVE_SPEC_GRAPHS`: `auto` (default: on CUDA), `0` (every
+step eager, the switch back), `1` (also on the CPU, the static buffers without capture: tests).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -35,7 +41,9 @@ from mxserve.engine.scheduler_output import RunnerOutput, ScheduledChunk, Schedu
 from mxserve.engine.speculative.metrics import SpecDecodeStats
 from mxserve.engine.speculative.probs import processed_probs, sample_from
 from mxserve.engine.speculative.rollback import CacheSnapshot
+from mxserve.engine.speculative.step_graphs import SpecStepGraphs
 from mxserve.engine.speculative.verify import Verdict, verify_block, verify_greedy, verify_standard
+from mxserve.model.decode_batch import DecodeGeometry
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.dspark import DraftWindows, DSparkDraft
 from mxserve.model.forward_batch import ForwardBatch
@@ -62,7 +70,9 @@ Drafter = Callable[[Sequence[ScheduledChunk], Mapping[str, RequestSampling]], di
 
 class SpeculativeModelRunner(ModelRunner):
     def __init__(self, model: DeepseekV4Model, cache_state: ModelCacheState, device: torch.device, *,
-                 draft: DSparkDraft, windows: DraftWindows, config: SpeculativeConfig, block_width: int) -> None:
+                 draft: DSparkDraft, windows: DraftWindows, config: SpeculativeConfig, block_width: int,
+                 max_model_len: int | None = None, enforce_eager: bool = False) -> None:
+        """`max_model_len`: the capacity the step graphs are captured against (None: every step eager)."""
         super().__init__(model, cache_state, device)
         if model.config.dspark is None:
             raise ValueError("speculative decoding needs a 0731 checkpoint with a DSpark draft")
@@ -70,8 +80,24 @@ class SpeculativeModelRunner(ModelRunner):
         self.block_width = block_width  # the static K the draft block always runs at
         self.aux_layer_ids = tuple(model.config.dspark.target_layer_ids)
         self.stats = SpecDecodeStats()
-        self.num_restored_entries = 0  # cache entries put back by rollbacks (evidence the rollback ran)
+        self.num_restored_entries = 0  # cache entries put back by the eager path's rollbacks
+        self.num_rolled_back_positions = 0  # rejected positions whose writes were undone (either path)
         self.drafter: Drafter = self.dspark_drafts  # replaceable (tests inject scripted drafts)
+        self.step_graphs = self._new_step_graphs(max_model_len, enforce_eager)
+
+    def _new_step_graphs(self, max_model_len: int | None, enforce_eager: bool) -> SpecStepGraphs | None:
+        """The graphed step (module docstring), or None where it is switched off or cannot run."""
+        mode = os.environ.get("MXSERVE_SPEC_GRAPHS", "auto")
+        if mode not in ("auto", "0", "1"):
+            raise ValueError(f"MXSERVE_SPEC_GRAPHS={mode!r}: expected auto, 0 or 1")
+        cuda = self.device.type == "cuda"
+        wanted = mode == "1" or (mode == "auto" and cuda and not enforce_eager)
+        if not wanted or max_model_len is None or not getattr(self.model, "supports_cuda_graphs", False):
+            return None
+        geometry = DecodeGeometry.for_positions(self.model.config, self.cache_state.block_size, max_model_len)
+        return SpecStepGraphs(self.model, self.draft, self.windows, self.cache_state, geometry, self.device,
+                              block_width=self.block_width, aux_layer_ids=self.aux_layer_ids,
+                              capture=cuda and not enforce_eager)
 
     # ------------------------------------------------------------------ the step
     def execute(self, step: SchedulerOutput, sampling: Mapping[str, RequestSampling]) -> StepResult:
@@ -82,7 +108,16 @@ class SpeculativeModelRunner(ModelRunner):
         for chunk in step.chunks:
             if chunk.is_new:
                 state.free_sequence(chunk.request_id)
-            state.set_block_tables(chunk.request_id, chunk.block_tables)
+                self._installed_tables.pop(chunk.request_id, None)
+            # the same table view means the same pages: installing nothing keeps the step graphs'
+            # host tables unchanged (`build_decode_batch` rewrites a row only for a new list)
+            if self._installed_tables.get(chunk.request_id) is not chunk.block_tables:
+                state.set_block_tables(chunk.request_id, chunk.block_tables)
+                self._installed_tables[chunk.request_id] = chunk.block_tables
+
+        graphed = self._graphed_step(step, sampling)
+        if graphed is not None:
+            return graphed
 
         verify_chunks = [c for c in step.chunks if c.num_draft_tokens > 0]
         proposals = self.drafter(verify_chunks, sampling) if verify_chunks else {}
@@ -149,6 +184,7 @@ class SpeculativeModelRunner(ModelRunner):
             self.stats.record(k, verdict.num_accepted)
             # first rejected draft position onwards
             self.num_restored_entries += snapshots[rid].restore(chunk.end_pos + verdict.num_accepted)
+            self.num_rolled_back_positions += k - verdict.num_accepted
             committed[rid] = chunk.num_tokens + verdict.num_accepted
             if info.params.logprobs is not None:
                 lp = compute_logprobs(target[: verdict.num_accepted + 1])
@@ -166,6 +202,94 @@ class SpeculativeModelRunner(ModelRunner):
             result.prompt_logprobs[rid] = gather_logprobs(lp, targets, sampling[rid].params.prompt_logprobs or 0
                                                           ).to_positions()
         return result
+
+    # ------------------------------------------------------------------ the graphed step
+    def _graphed_step(self, step: SchedulerOutput, sampling: Mapping[str, RequestSampling]) -> StepResult | None:
+        """The step through `step_graphs` (module docstring), or None: it runs eager, and why is
+        recorded in `eager_stats` (logged once per reason)."""
+        graphs = self.step_graphs
+        if graphs is None:
+            return None
+        chunks = step.chunks
+        reason = self._why_not_graphed(graphs, chunks, sampling)
+        if reason is not None:
+            self.eager_stats.record(f"speculative step: {reason}")
+            return None
+        ids = [c.request_id for c in chunks]
+        ks = [c.num_draft_tokens for c in chunks]
+        width = self.block_width + 1
+        if self.drafter == self.dspark_drafts:
+            block = graphs.draft_tokens([c.token_ids[0] for c in chunks], ids, [c.start_pos for c in chunks])
+            if block is None:
+                self.eager_stats.record(f"speculative step: {graphs.unavailable}")
+                return None
+            flat = block.reshape(-1)
+            if all(k == self.block_width for k in ks):
+                tokens = flat
+            else:  # capped requests verify only their first k drafts
+                index = [b * width + j for b, k in enumerate(ks) for j in range(k + 1)]
+                tokens = flat[torch.tensor(index, dtype=torch.int64, device=flat.device)]
+        else:  # a replaced drafter (tests' scripted drafts): its host tokens
+            proposals = self.drafter(chunks, sampling)
+            rows = []
+            for chunk in chunks:
+                drafts = proposals[chunk.request_id].token_ids
+                if len(drafts) != chunk.num_draft_tokens:
+                    raise ValueError(f"drafter proposed {len(drafts)} tokens for {chunk.request_id!r}, "
+                                     f"expected {chunk.num_draft_tokens}")
+                rows += [chunk.token_ids[0], *drafts]
+            tokens = torch.tensor(rows, dtype=torch.int64, device=self.device)
+        row_ids = [rid for rid, k in zip(ids, ks, strict=True) for _ in range(k + 1)]
+        row_positions = [c.start_pos + j for c, k in zip(chunks, ks, strict=True) for j in range(k + 1)]
+        out = graphs.verify(tokens, row_ids, row_positions)
+        if out is None:
+            self.eager_stats.record(f"speculative step: {graphs.unavailable}")
+            return None
+        logits, _ = out
+        num_rows = len(row_positions)
+        # one read: every row's token, the target's choice per row, the finiteness flag
+        packed = torch.cat((tokens[:num_rows], torch.argmax(logits, dim=-1),
+                            torch.isfinite(logits).all().to(torch.int64)[None])).tolist()
+        row_tokens, choices, finite = packed[:num_rows], packed[num_rows: 2 * num_rows], packed[-1]
+
+        result = StepResult(RunnerOutput({}), logits_finite=bool(finite))
+        outputs: dict[str, tuple[int, ...]] = {}
+        rejected: list[bool] = []
+        first = 0
+        for chunk, k in zip(chunks, ks, strict=True):
+            rid, info = chunk.request_id, sampling[chunk.request_id]
+            drafts = row_tokens[first + 1: first + 1 + k]
+            if info.params.is_greedy:
+                verdict = verify_greedy(choices[first: first + k + 1], drafts)
+            else:
+                verdict = self._verify(chunk, DraftProposal(tuple(drafts), None), logits[first: first + k + 1], info)
+            outputs[rid] = verdict.token_ids
+            self.stats.record(k, verdict.num_accepted)
+            self.num_rolled_back_positions += k - verdict.num_accepted
+            rejected += [j > verdict.num_accepted for j in range(k + 1)]
+            if info.params.logprobs is not None:
+                lp = compute_logprobs(logits[first: first + verdict.num_accepted + 1])
+                chosen = torch.tensor(verdict.token_ids, dtype=torch.int64, device=lp.device)
+                result.sampled_logprobs[rid] = gather_logprobs(lp, chosen, info.params.logprobs).to_positions()
+            first += k + 1
+        graphs.finish(rejected)
+        result.runner_output = RunnerOutput(outputs)
+        return result
+
+    def _why_not_graphed(self, graphs: SpecStepGraphs, chunks: Sequence[ScheduledChunk],
+                         sampling: Mapping[str, RequestSampling]) -> str | None:
+        if graphs.unavailable is not None:
+            return graphs.unavailable
+        if getattr(self.model, "observer", None) is not None:
+            return "an observer/verification hook is set"
+        if not all(c.num_draft_tokens and c.num_tokens == 1 and c.samples_next_token for c in chunks):
+            return "a chunk that is not a verify (prefill, or no drafts)"
+        if (self.drafter == self.dspark_drafts and self.spec_config.draft_sample_method == "probabilistic"
+                and not all(sampling[c.request_id].params.is_greedy for c in chunks)):
+            return "probabilistic drafts (host-side draws)"
+        if not graphs.fits(len(chunks), sum(c.num_draft_tokens + 1 for c in chunks)):
+            return "more requests or rows than the largest bucket"
+        return None
 
     # ------------------------------------------------------------------ pieces
     def _verify(self, chunk: ScheduledChunk, proposal: DraftProposal, target: torch.Tensor,

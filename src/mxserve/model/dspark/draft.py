@@ -24,6 +24,7 @@ from mxserve.formats import QuantizedWeight
 from mxserve.kernels.linear import Weight
 from mxserve.kernels.moe import ExpertWeights
 from mxserve.model.attention import AttentionWeights
+from mxserve.model.decode_batch import paged_slots
 from mxserve.model.dspark.attention import draft_block_attention
 from mxserve.model.dspark.windows import DraftWindows
 from mxserve.model.hyper_connection import HyperConnectionWeights
@@ -128,24 +129,34 @@ class DSparkDraft:
                      anchors: Sequence[int], anchor_positions: Sequence[int], block_width: int) -> torch.Tensor:
         """Base logits U [B, K, V] fp32 for B sequences: block [anchor, noise × (K−1)] at positions
         anchor_position … anchor_position+K−1; context = each stage's window before the anchor."""
-        cfg, sd = self.config, self.policy.stream_dtype
+        cfg = self.config
         num_seqs, k = len(seq_ids), block_width
         if not (len(anchors) == len(anchor_positions) == num_seqs) or k <= 0:
             raise ValueError(f"block_logits: {num_seqs} sequences, {len(anchors)} anchors, "
                              f"{len(anchor_positions)} positions, block_width={k}")
         device = self.embed.device
-        tokens = torch.full((num_seqs, k), self.spec.noise_token_id, dtype=torch.int64, device=device)
-        tokens[:, 0] = torch.tensor(list(anchors), dtype=torch.int64, device=device)
         starts = torch.tensor(list(anchor_positions), dtype=torch.int64, device=device)
-        positions = (starts[:, None] + torch.arange(k, device=device)[None, :]).reshape(-1)
-        tokens = tokens.reshape(-1)
         # the context window: the W positions before the anchor (negative → no entry)
         window = torch.arange(-cfg.sliding_window, 0, device=device)
         window_slots = torch.stack([state.slots(Pool.WINDOW, seq, start + window)
                                     for seq, start in zip(seq_ids, starts, strict=True)])
+        anchor_ids = torch.tensor(list(anchors), dtype=torch.int64, device=device)
+        return self.block_forward(windows, anchor_ids, starts, window_slots, k)
+
+    def block_forward(self, windows: DraftWindows, anchors: torch.Tensor, anchor_positions: torch.Tensor,
+                      window_slots: torch.Tensor, block_width: int) -> torch.Tensor:
+        """`block_logits` on device tensors: anchors [B], anchor_positions [B] int64, the context
+        window's slots [B, W] (−1 = no entry) → U [B, K, V] fp32. Static shapes for a given (B, K)
+        and no host sync: what a CUDA graph of the draft captures (`greedy_drafts`)."""
+        cfg, k = self.config, block_width
+        num_seqs, device = anchors.shape[0], anchors.device
+        tokens = torch.full((num_seqs, k), self.spec.noise_token_id, dtype=torch.int64, device=device)
+        tokens[:, 0] = anchors
+        positions = (anchor_positions[:, None] + torch.arange(k, device=device)[None, :]).reshape(-1)
+        tokens = tokens.reshape(-1)
 
         hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
-        streams = self.embed[tokens].to(sd)[:, None, :].expand(-1, cfg.hc_mult, -1).contiguous()
+        streams = self.embed[tokens].to(self.policy.stream_dtype)[:, None, :].expand(-1, cfg.hc_mult, -1).contiguous()
         kernels = self.kernels
         for s, stage in enumerate(self.stages):
             block_in, post, comb = kernels.hc_pre(streams, stage.hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
@@ -161,6 +172,19 @@ class DSparkDraft:
             streams = kernels.hc_post(out, streams, post, comb)
         hidden = rms_norm(kernels.hc_head(streams, *self.hc_head_weights, **hc_args), self.final_norm, cfg.rms_norm_eps)
         return self.kernels.linear(hidden, self.head).view(num_seqs, k, -1)
+
+    @torch.no_grad()
+    def greedy_drafts(self, windows: DraftWindows, anchors: torch.Tensor, anchor_positions: torch.Tensor,
+                      window_table: torch.Tensor, block_size: int, block_width: int) -> torch.Tensor:
+        """Greedy drafts [B, K] int64 from device tensors only: anchors [B], anchor_positions [B],
+        each row's window-pool block table [B, pages] (−1 = none; a padding row's all −1). The
+        block forward and the Markov loop with argmax picks, no host sync: the speculative step's
+        draft graph (`mxserve.engine.speculative.step_graphs`)."""
+        offsets = torch.arange(-self.config.sliding_window, 0, device=anchors.device)
+        window_slots = paged_slots(window_table, anchor_positions[:, None] + offsets[None, :], block_size)
+        base = self.block_forward(windows, anchors, anchor_positions, window_slots, block_width)
+        drafts, _ = self.draft_tokens(base, anchors, lambda _, logits: torch.argmax(logits, dim=-1))
+        return drafts
 
     # ------------------------------------------------------------------ Markov correction
     def markov_bias(self, prev: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,93 @@
+"""Single-stream decode with DSpark speculation vs without (issue 13), on the packaged default model.
+
+One engine per setting (`off`, then K in --ks, each with the graphed speculative step, and K in
+--eager-ks with MXSERVE_SPEC_GRAPHS=0: the eager step it replaces). Per setting: one warm-up
+generate (Triton compiles, graph captures), then every held-out prompt decoded alone, greedy,
+--new-tokens tokens, --repeats times. Reported per setting: the median single-stream tok/s over
+those calls (wall of `generate`, the ~24-token prefill included), the same-run ratio against
+`off`, the mean acceptance length, whether every output equals `off`'s, how many steps took the
+graphed path and why any did not.
+
+    PYTHONPATH=src python benchmarks/spec_decode.py --ks 3 5 7 --out $OUT/spec.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from e2e_vs_transformers import parse_kernels, prompts_for
+
+from mxserve import LLM, SamplingParams
+from mxserve.default_model import default_model_path
+
+
+def run_setting(k: int, graphed: bool, prompts: list[list[int]], args) -> dict:
+    os.environ["MXSERVE_SPEC_GRAPHS"] = "auto" if graphed else "0"
+    spec = {"method": "dspark", "num_speculative_tokens": k} if k else None
+    llm = LLM(str(default_model_path()), device=args.device, numerics="faithful", max_model_len=512,
+              kernel_overrides=parse_kernels(args.kernels), speculative_config=spec, progress=False)
+    params = SamplingParams(max_tokens=args.new_tokens, temperature=0, ignore_eos=True)
+    llm.generate([prompts[0]], params)  # warm-up: compiles and captures
+    stats0 = llm.engine.spec_decode_stats.as_dict() if k else None
+    rates, outputs = [], []
+    for _ in range(args.repeats):
+        for prompt in prompts:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            out = llm.generate([prompt], params)[0].outputs[0].token_ids
+            torch.cuda.synchronize()
+            rates.append(len(out) / (time.perf_counter() - start))
+            outputs.append(list(out))
+    runner = llm.engine.runner
+    row = {"k": k, "graphed": graphed, "tok_s_median": statistics.median(rates), "tok_s": rates,
+           "outputs": outputs[: len(prompts)], "eager_reasons": dict(runner.eager_stats.counts)}
+    if k:
+        stats = llm.engine.spec_decode_stats.as_dict()
+        verifies = stats["num_verifies"] - stats0["num_verifies"]
+        accepted = stats["num_accepted_tokens"] - stats0["num_accepted_tokens"]
+        row["mean_acceptance_length"] = 1 + accepted / max(verifies, 1)
+        row["stats_total"] = stats
+        graphs = runner.step_graphs
+        row["graphed_steps"] = graphs.num_steps if graphs is not None else 0
+        row["graphs_unavailable"] = graphs.unavailable if graphs is not None else "off"
+    del llm
+    torch.cuda.empty_cache()
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ks", type=int, nargs="+", default=[3, 5, 7])
+    ap.add_argument("--eager-ks", type=int, nargs="*", default=[3], help="K values also run with the eager step")
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton,hc=triton")
+    ap.add_argument("--out", type=Path, default=Path("spec.json"))
+    args = ap.parse_args()
+    prompts = prompts_for(default_model_path(), args.prompts)
+    rows = [run_setting(0, True, prompts, args)]
+    rows += [run_setting(k, True, prompts, args) for k in args.ks]
+    rows += [run_setting(k, False, prompts, args) for k in args.eager_ks]
+    base = rows[0]
+    for row in rows:
+        row["ratio_vs_off"] = row["tok_s_median"] / base["tok_s_median"]
+        row["identical_to_off"] = row["outputs"] == base["outputs"]
+    args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1))
+    print(f"{'setting':<14} {'tok/s':>8} {'x off':>6} {'accept len':>10} {'same':>5} {'graphed':>8}  eager reasons")
+    for row in rows:
+        name = "off" if not row["k"] else f"K={row['k']}" + ("" if row["graphed"] else " eager")
+        accept = f"{row['mean_acceptance_length']:.2f}" if row["k"] else "-"
+        print(f"{name:<14} {row['tok_s_median']:8.1f} {row['ratio_vs_off']:6.2f} {accept:>10} "
+              f"{row['identical_to_off']!s:>5} {row.get('graphed_steps', '-')!s:>8}  {row['eager_reasons']}")
+
+
+if __name__ == "__main__":
+    main()

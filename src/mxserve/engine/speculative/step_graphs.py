@@ -1,0 +1,253 @@
+"""CUDA graphs of the speculative step: the draft, the verify forward, the rollback and commit.
+
+A step in which every request verifies drafts (each chunk is one anchor token with k ≥ 1 drafts;
+after the prompt, single-stream speculative decoding is nothing else) runs as three graph replays
+and one host read, instead of an eager chunked forward (~100x the device time of the small
+default model, almost all of it host overhead):
+
+1. **draft** (bucket of B requests): `DSparkDraft.greedy_drafts` over static buffers (anchor
+   tokens, anchor positions, window-pool tables) → block tokens [B, K + 1] = anchor, K drafts;
+2. **verify** (bucket of R = Σ (k_b + 1) rows): each row's token copied on the device from the
+   draft's output; `RowSnapshot.take` of the slots the rows write; `decode_forward_with_aux`
+   with one row per verified position → logits [R, V] and the DSpark capture [R, ·];
+3. the runner reads the drafts and the target's choices in one transfer and verifies;
+4. **post** (same bucket R): `RowSnapshot.restore` of the rejected rows, then the committed rows'
+   DSpark context (`DSparkDraft.write_context`, slot −1 for the rejected rows).
+
+Why the verify rows give plain decoding's bits: a row computes what a one-token decode at its
+position computes (the decode path is batch invariant and writes every row's entries before any
+row reads them; `DeepseekV4Model.decode_forward_with_aux`). Graphs are captured per bucket on
+first use, on all-padding buffers (padding rows have no pages: they write nothing, so capture
+and warm-up cannot disturb a cache), after a sync probe as `DecodeGraphs` does; any failure
+makes the graphs unavailable with the reason, and the runner goes back to the eager step.
+`capture=False` runs the same static-buffer functions without graphs (the CPU tests).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from mxserve.engine.cuda_graphs import BUCKETS, bucket_for
+from mxserve.engine.speculative.row_snapshot import RowSnapshot
+from mxserve.model.decode_addresses import DecodeAddresses
+from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry, build_decode_batch
+from mxserve.model.dspark import DraftWindows, DSparkDraft
+from mxserve.model.kv_state import ModelCacheState, Pool
+
+logger = logging.getLogger("mxserve.engine")
+
+
+class _Unavailable(Exception):
+    """Graphs cannot run: the message says why (a syncing op, a failed capture)."""
+
+
+@dataclass
+class _Staged:
+    """A bucket's static device buffers, the pinned host buffers filled each step, and the event
+    of the last host → device copy (the host buffers are rewritten only after it)."""
+
+    static: DecodeBatch
+    host: DecodeBatch
+    copied: torch.cuda.Event | None = None
+
+
+@dataclass
+class _DraftEntry:
+    staged: _Staged
+    graph: torch.cuda.CUDAGraph | None = None
+    block_tokens: torch.Tensor | None = None  # [B, K + 1] int64: anchor, then K drafts
+
+
+@dataclass
+class _VerifyEntry:
+    staged: _Staged
+    rejected: torch.Tensor  # [R] bool static: the rows the post graph rolls back (padding rows: True)
+    rejected_host: torch.Tensor  # [R] bool (pinned on CUDA)
+    rejected_copied: torch.cuda.Event | None = None
+    graph: torch.cuda.CUDAGraph | None = None
+    post_graph: torch.cuda.CUDAGraph | None = None
+    logits: torch.Tensor | None = None  # [R, V] fp32
+    aux: torch.Tensor | None = None  # [R, len(aux ids)·D]
+    snapshot: RowSnapshot | None = None
+    window_slots: torch.Tensor | None = None  # [R] each row's window slot (the commit's target)
+
+
+class SpecStepGraphs:
+    def __init__(self, model, draft: DSparkDraft, windows: DraftWindows, state: ModelCacheState,
+                 geometry: DecodeGeometry, device: torch.device, *, block_width: int, aux_layer_ids: Sequence[int],
+                 capture: bool = True, buckets: Sequence[int] = BUCKETS, warmup_iters: int = 2) -> None:
+        self.model, self.draft, self.windows, self.state = model, draft, windows, state
+        self.geometry, self.device = geometry, device
+        self.block_width = block_width
+        self.aux_layer_ids = tuple(aux_layer_ids)
+        self.capture, self.buckets, self.warmup_iters = capture, tuple(sorted(buckets)), warmup_iters
+        self.unavailable: str | None = None  # set once (never retried); the runner then runs eager
+        self.num_steps = 0  # steps that ran here (evidence the graphed path ran)
+        self._drafts: dict[int, _DraftEntry] = {}
+        self._verifies: dict[int, _VerifyEntry] = {}
+        self._last: _VerifyEntry | None = None  # the verify whose rollback/commit is pending
+        self._mempool = None
+
+    def fits(self, num_requests: int, num_rows: int) -> bool:
+        return bucket_for(num_requests, self.buckets) is not None and bucket_for(num_rows, self.buckets) is not None
+
+    # ------------------------------------------------------------------ the three parts
+    def draft_tokens(self, anchors: Sequence[int], seq_ids: Sequence[Hashable], anchor_positions: Sequence[int]
+                     ) -> torch.Tensor | None:
+        """Block tokens [n, K + 1] (anchor, K greedy drafts) on the device for n requests; None when
+        the graphs are unavailable."""
+        if self.unavailable is not None:
+            return None
+        n = len(anchors)
+        bucket = bucket_for(n, self.buckets)
+        entry = self._drafts.get(bucket)
+        if entry is None:
+            entry = _DraftEntry(self._new_staged(bucket))
+            if not self._prepare(lambda: self._capture_draft(entry)):
+                return None
+            self._drafts[bucket] = entry
+        self._stage(entry.staged, anchors, seq_ids, anchor_positions)
+        if entry.graph is not None:
+            entry.graph.replay()
+        else:
+            entry.block_tokens = self._draft_fn(entry)
+        return entry.block_tokens[:n]
+
+    def verify(self, token_ids: torch.Tensor, seq_ids: Sequence[Hashable], positions: Sequence[int]
+               ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """One row per (sequence, position), tokens [n] on the device → (logits [n, V], aux [n, ·]),
+        views of static buffers valid until the next verify. Call `finish` before the next step."""
+        if self.unavailable is not None:
+            return None
+        n = len(positions)
+        bucket = bucket_for(n, self.buckets)
+        entry = self._verifies.get(bucket)
+        if entry is None:
+            staged = self._new_staged(bucket)
+            pin = self.device.type == "cuda"
+            entry = _VerifyEntry(staged, torch.ones(bucket, dtype=torch.bool, device=self.device),
+                                 torch.ones(bucket, dtype=torch.bool, pin_memory=pin))
+            if not self._prepare(lambda: self._capture_verify(entry)):
+                return None
+            self._verifies[bucket] = entry
+        self._stage(entry.staged, [0] * n, seq_ids, positions)
+        entry.staged.static.token_ids[:n].copy_(token_ids, non_blocking=True)
+        if entry.graph is not None:
+            entry.graph.replay()
+        else:
+            entry.logits, entry.aux = self._verify_fn(entry)
+        self._last = entry
+        self.num_steps += 1
+        return entry.logits[:n], entry.aux[:n]
+
+    def finish(self, rejected: Sequence[bool]) -> None:
+        """Roll back the last verify's `rejected` rows (one flag per row, in its row order) and write
+        the DSpark context of the others."""
+        entry, self._last = self._last, None
+        if entry is None:
+            raise RuntimeError("SpecStepGraphs.finish: no verify to finish")
+        if entry.rejected_copied is not None:
+            entry.rejected_copied.synchronize()
+        host = entry.rejected_host
+        host.fill_(True)
+        host[: len(rejected)] = torch.tensor(list(rejected), dtype=torch.bool)
+        entry.rejected.copy_(host, non_blocking=True)
+        if self.device.type == "cuda":
+            entry.rejected_copied = torch.cuda.Event()
+            entry.rejected_copied.record()
+        if entry.post_graph is not None:
+            entry.post_graph.replay()
+        else:
+            self._post_fn(entry)
+
+    # ------------------------------------------------------------------ what the graphs run
+    def _draft_fn(self, entry: _DraftEntry) -> torch.Tensor:
+        s = entry.staged.static
+        drafts = self.draft.greedy_drafts(self.windows, s.token_ids, s.positions, s.block_tables[Pool.WINDOW],
+                                          self.geometry.block_size, self.block_width)
+        return torch.cat((s.token_ids[:, None], drafts), dim=1)
+
+    def _verify_fn(self, entry: _VerifyEntry) -> tuple[torch.Tensor, torch.Tensor]:
+        static = entry.staged.static
+        addresses = DecodeAddresses(static, self.geometry, self.model.config)
+        entry.snapshot = RowSnapshot.take(self.state, addresses)
+        entry.window_slots = addresses.window_write()
+        return self.model.decode_forward_with_aux(static, self.state, self.geometry, self.aux_layer_ids,
+                                                  addresses=addresses)
+
+    def _post_fn(self, entry: _VerifyEntry) -> None:
+        entry.snapshot.restore(entry.rejected)
+        committed_slots = torch.where(entry.rejected, -1, entry.window_slots)
+        self.draft.write_context(self.windows, entry.aux, entry.staged.static.positions, committed_slots)
+
+    # ------------------------------------------------------------------ staging and capture
+    def _new_staged(self, bucket: int) -> _Staged:
+        pin = self.device.type == "cuda"
+        return _Staged(DecodeBatch.empty(bucket, self.geometry, device=self.device),
+                       DecodeBatch.empty(bucket, self.geometry, pin_memory=pin))
+
+    def _stage(self, staged: _Staged, token_ids: Sequence[int], seq_ids: Sequence[Hashable],
+               positions: Sequence[int]) -> None:
+        if staged.copied is not None:
+            staged.copied.synchronize()
+        build_decode_batch(token_ids, seq_ids, positions, self.state, self.geometry, num_rows=staged.static.num_rows,
+                           out=staged.host)
+        staged.static.copy_(staged.host)
+        if self.device.type == "cuda":
+            staged.copied = torch.cuda.Event()
+            staged.copied.record()
+
+    def _prepare(self, capture: Callable[[], None]) -> bool:
+        """Capture a fresh bucket (nothing to do without graphs); False, with `unavailable` set, when
+        it cannot be."""
+        if not self.capture:
+            return True
+        try:
+            capture()
+        except _Unavailable as e:
+            self.unavailable = str(e)
+            logger.info("speculative step graphs unavailable, steps run eager: %s", e)
+            return False
+        return True
+
+    def _capture_draft(self, entry: _DraftEntry) -> None:
+        entry.graph, entry.block_tokens = self._graph(lambda: self._draft_fn(entry), "draft")
+
+    def _capture_verify(self, entry: _VerifyEntry) -> None:
+        entry.graph, (entry.logits, entry.aux) = self._graph(lambda: self._verify_fn(entry), "verify")
+        # A capture computes nothing: replay once so the slot lists the post graph reads (the
+        # snapshot's, the window's) hold the padding rows' −1 before it runs eagerly to be probed.
+        entry.graph.replay()
+        entry.post_graph, _ = self._graph(lambda: self._post_fn(entry), "rollback/commit")
+
+    def _graph(self, fn: Callable[[], object], name: str) -> tuple[torch.cuda.CUDAGraph, object]:
+        """Probe `fn` for host syncs, warm it up on a side stream, capture it: (graph, its outputs).
+        The buffers it runs on hold padding rows only (nothing is written)."""
+        previous = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            fn()
+        except RuntimeError as e:
+            raise _Unavailable(f"the {name} part syncs with the host: {str(e).splitlines()[0]}") from e
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+        try:
+            stream = torch.cuda.Stream(device=self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                for _ in range(self.warmup_iters):
+                    fn()
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            if self._mempool is None:
+                self._mempool = torch.cuda.graph_pool_handle()
+            with torch.cuda.graph(graph, pool=self._mempool):
+                out = fn()
+        except RuntimeError as e:
+            raise _Unavailable(f"CUDA-graph capture of the {name} part failed: {str(e).splitlines()[0]}") from e
+        logger.info("speculative step graphs: captured the %s part", name)
+        return graph, out

@@ -1,0 +1,40 @@
+"""The graphed speculative step on CUDA (`engine/speculative/step_graphs`): the packaged default
+model with its trained DSpark draft and every Triton kernel, greedy: the tokens equal plain
+decoding's, the verify steps replay captured graphs, and the drafts equal the eager step's (same
+acceptance counts). The CPU twins of these checks run the static buffers without capture
+(tests/speculative/test_engine_lossless.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mxserve import LLM, SamplingParams
+
+CUDA = torch.cuda.is_available()
+ALL_TRITON = {"linear": "triton", "moe": "triton", "attention": "triton", "hc": "triton"}
+
+
+def _generate(monkeypatch, prompts, spec_graphs: str | None, k: int) -> tuple[list[list[int]], LLM]:
+    if spec_graphs is not None:
+        monkeypatch.setenv("MXSERVE_SPEC_GRAPHS", spec_graphs)
+    spec = {"method": "dspark", "num_speculative_tokens": k} if k else None
+    llm = LLM(device="cuda", max_model_len=512, kernel_overrides=ALL_TRITON, speculative_config=spec, progress=False)
+    params = SamplingParams(max_tokens=48, temperature=0, ignore_eos=True)
+    return [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params)], llm
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("k", [3, 7])
+def test_gpu_graphed_speculation_equals_plain_and_the_eager_step(monkeypatch, k):
+    prompts = [[0, *range(7, 7 + n)] for n in (3, 17, 40)]
+    want, _ = _generate(monkeypatch, prompts, None, 0)
+    got, graphed = _generate(monkeypatch, prompts, "auto", k)
+    graphs = graphed.engine.runner.step_graphs
+    assert graphs is not None and graphs.unavailable is None, dict(graphed.engine.runner.eager_stats.counts)
+    assert graphs.num_steps > 0
+    assert got == want
+    eager_tokens, eager = _generate(monkeypatch, prompts, "0", k)
+    assert eager_tokens == want
+    assert graphed.engine.spec_decode_stats.as_dict() == eager.engine.spec_decode_stats.as_dict()
