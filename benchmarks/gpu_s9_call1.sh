@@ -8,6 +8,9 @@
 # the eager K=3 step ~0.1x (session 3).
 #   run(command="bash benchmarks/gpu_s9_call1.sh", carry=[".tc"])
 source benchmarks/gpu_s5_env.sh
+stamp "probe"
+timeout 120 python3 benchmarks/spec_probe.py 2>&1 | grep -v Warn | tail -n 5 | cut -c1-600
+[ "${PIPESTATUS[0]}" = 0 ] || { gpu_s5_pack; exit 1; }
 stamp "GPU tests: graphed speculation, decode graphs"
 timeout 300 python3 -m pytest -q -x tests/speculative/test_step_graphs_gpu.py \
     "tests/engine/test_cuda_graphs.py::test_gpu_default_model_graphs_equal_eager_all_triton" \

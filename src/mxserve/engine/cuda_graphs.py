@@ -257,7 +257,7 @@ class DecodeGraphs:
         try:
             self.model.decode_forward(static, self.state, self.geometry)
         except RuntimeError as e:
-            return f"the decode forward syncs with the host ({_where(e)}): {str(e).splitlines()[0]}"
+            return f"the decode forward syncs with the host ({mxserve_frame(e)}): {str(e).splitlines()[0]}"
         finally:
             torch.cuda.set_sync_debug_mode(previous)
         return None
@@ -276,14 +276,14 @@ class DecodeGraphs:
             with torch.cuda.graph(graph, pool=self._mempool):
                 entry.logits = self.model.decode_forward(entry.static, self.state, self.geometry)
         except RuntimeError as e:
-            return f"CUDA-graph capture failed ({_where(e)}): {str(e).splitlines()[0]}"
+            return f"CUDA-graph capture failed ({mxserve_frame(e)}): {str(e).splitlines()[0]}"
         entry.graph = graph
         logger.info("CUDA graphs: captured the decode forward for bucket %d (geometry: max_positions %d, "
                     "block size %d)", entry.static.num_rows, self.geometry.max_positions, self.geometry.block_size)
         return None
 
 
-def _where(error: BaseException) -> str:
+def mxserve_frame(error: BaseException) -> str:
     """The innermost mxserve frame of an exception's traceback, 'path:line in function'."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if "mxserve" in f.filename]
     if not frames:

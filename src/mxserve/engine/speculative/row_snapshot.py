@@ -6,7 +6,8 @@ a row can write is known before the forward from the step's `DecodeAddresses`: t
 of its position, each compressor's state row, and the compressed entry / indexer key it emits
 when its position completes a window (−1 when it does not). `RowSnapshot.take` reads the stored
 bytes of those slots in every layer's caches; `restore(rejected)` writes them back for the rows
-whose positions were rejected, through `PagedCache.write_bytes` (slot −1: nothing written).
+whose positions were rejected. Both go through one `SlotRows` per pool (every layer's cache of a
+pool shares the layout and the slots, so the address math runs once per pool, not per cache).
 
 No host sync and no data-dependent shape anywhere: both halves are captured in the step's CUDA
 graphs. The result is the one `CacheSnapshot` (the eager path's rollback) gives: every cache byte
@@ -15,56 +16,51 @@ equals that of a run that never computed the rejected positions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from mxserve.config import AttentionKind
-from mxserve.kernels.cache import PagedCache
+from mxserve.kernels.cache import PagedCache, SlotRows
 from mxserve.model.compressor import indexer_compressor_site, kind_compressor_site
 from mxserve.model.decode_addresses import DecodeAddresses
-from mxserve.model.kv_state import ModelCacheState
-
-
-@dataclass(frozen=True)
-class _SavedRows:
-    cache: PagedCache
-    slots: torch.Tensor  # [R] the slot row r writes in this cache, −1 for none
-    data: torch.Tensor  # [R, data_bytes] uint8 stored before the forward (zeros where slot −1)
-    scales: torch.Tensor  # [R, scale_bytes] uint8
+from mxserve.model.kv_state import ModelCacheState, Pool
 
 
 class RowSnapshot:
-    def __init__(self, saved: list[_SavedRows]) -> None:
+    def __init__(self, saved: list[tuple[SlotRows, PagedCache, list[torch.Tensor]]]) -> None:
         self._saved = saved
 
     @classmethod
     def take(cls, state: ModelCacheState, addresses: DecodeAddresses) -> RowSnapshot:
-        """The bytes every row of the step at `addresses` is about to overwrite, in every layer."""
+        """The bytes every row of the step at `addresses` is about to overwrite, in every layer.
+        One `SlotRows` per pool: every layer's cache of a pool shares the layout and the slots."""
         config = state.config
-        saved: list[_SavedRows] = []
+        slots: dict[Pool, torch.Tensor] = {Pool.WINDOW: addresses.window_write()}
+        for kind, state_pool, entry_pool in ((AttentionKind.CSA, Pool.CSA_STATE, Pool.CSA),
+                                             (AttentionKind.HCA, Pool.HCA_STATE, Pool.HCA)):
+            if kind in config.layer_kinds:
+                main = addresses.compressor(kind_compressor_site(config, kind))
+                slots[state_pool], slots[entry_pool] = main.state_slots, main.entry_slots
+        if AttentionKind.CSA in config.layer_kinds:
+            indexer = addresses.compressor(indexer_compressor_site(config))
+            slots[Pool.INDEXER_STATE], slots[Pool.INDEXER] = indexer.state_slots, indexer.entry_slots
 
-        def save(cache: PagedCache | None, slots: torch.Tensor) -> None:
-            if cache is not None:
-                data, scales = cache.read_bytes(slots)
-                saved.append(_SavedRows(cache, slots, data, scales))
-
-        window = addresses.window_write()
+        rows: dict[Pool, SlotRows] = {}
+        saved: list[tuple[SlotRows, PagedCache, list[torch.Tensor]]] = []
         for layer_id, caches in enumerate(state.layers):
-            save(caches.window, window)
             kind = config.attention_kind(layer_id)
-            if kind is AttentionKind.SLIDING:
-                continue
-            main = addresses.compressor(kind_compressor_site(config, kind))
-            save(caches.state, main.state_slots)
-            save(caches.compressed, main.entry_slots)
+            pools = [(Pool.WINDOW, caches.window)]
             if kind is AttentionKind.CSA:
-                indexer = addresses.compressor(indexer_compressor_site(config))
-                save(caches.indexer_state, indexer.state_slots)
-                save(caches.indexer, indexer.entry_slots)
+                pools += [(Pool.CSA_STATE, caches.state), (Pool.CSA, caches.compressed),
+                          (Pool.INDEXER_STATE, caches.indexer_state), (Pool.INDEXER, caches.indexer)]
+            elif kind is AttentionKind.HCA:
+                pools += [(Pool.HCA_STATE, caches.state), (Pool.HCA, caches.compressed)]
+            for pool, cache in pools:
+                if pool not in rows:
+                    rows[pool] = SlotRows(cache, slots[pool])
+                saved.append((rows[pool], cache, rows[pool].save(cache)))
         return cls(saved)
 
     def restore(self, rejected: torch.Tensor) -> None:
         """Put back the saved bytes of every row where `rejected` [R] (bool, on the device) is set."""
-        for item in self._saved:
-            item.cache.write_bytes(torch.where(rejected, item.slots, -1), item.data, item.scales)
+        for rows, cache, data in self._saved:
+            rows.restore(cache, data, rejected)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mxserve.engine.cuda_graphs import BUCKETS, bucket_for
+from mxserve.engine.cuda_graphs import BUCKETS, bucket_for, mxserve_frame
 from mxserve.engine.speculative.row_snapshot import RowSnapshot
 from mxserve.model.decode_addresses import DecodeAddresses
 from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry, build_decode_batch
@@ -226,13 +226,17 @@ class SpecStepGraphs:
 
     def _graph(self, fn: Callable[[], object], name: str) -> tuple[torch.cuda.CUDAGraph, object]:
         """Probe `fn` for host syncs, warm it up on a side stream, capture it: (graph, its outputs).
-        The buffers it runs on hold padding rows only (nothing is written)."""
+        The buffers it runs on hold padding rows only (nothing is written). A first call runs
+        before the probe: one-time lazy work may sync (the draft's experts are stacked, and their
+        scale range read, on first use); a steady-state call must not."""
+        fn()
         previous = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode("error")
         try:
             fn()
         except RuntimeError as e:
-            raise _Unavailable(f"the {name} part syncs with the host: {str(e).splitlines()[0]}") from e
+            raise _Unavailable(f"the {name} part syncs with the host ({mxserve_frame(e)}): "
+                               f"{str(e).splitlines()[0]}") from e
         finally:
             torch.cuda.set_sync_debug_mode(previous)
         try:
@@ -248,6 +252,7 @@ class SpecStepGraphs:
             with torch.cuda.graph(graph, pool=self._mempool):
                 out = fn()
         except RuntimeError as e:
-            raise _Unavailable(f"CUDA-graph capture of the {name} part failed: {str(e).splitlines()[0]}") from e
+            raise _Unavailable(f"CUDA-graph capture of the {name} part failed ({mxserve_frame(e)}): "
+                               f"{str(e).splitlines()[0]}") from e
         logger.info("speculative step graphs: captured the %s part", name)
         return graph, out

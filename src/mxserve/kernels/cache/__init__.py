@@ -15,6 +15,7 @@ from mxserve.kernels.cache.indexer_keys import IndexerCacheMode, PagedIndexerKey
 from mxserve.kernels.cache.page_layout import INVALID_SLOT, PageLayout, round_up
 from mxserve.kernels.cache.paged_cache import PagedCache
 from mxserve.kernels.cache.paged_kv import KVCacheMode, PagedKVCache, default_kv_block_stride_bytes
+from mxserve.kernels.cache.slot_rows import SlotRows
 
 __all__ = [
     "INVALID_SLOT",
@@ -27,6 +28,7 @@ __all__ = [
     "PagedIndexerKeyCache",
     "PagedKVCache",
     "SimpleBlockAllocator",
+    "SlotRows",
     "default_kv_block_stride_bytes",
     "num_blocks_for",
     "round_up",

@@ -160,32 +160,6 @@ class PagedCache:
                 scales[keep] = gather_bytes(self.buffer, scale_off.reshape(-1)[keep], self.layout.scale_bytes)
         return data.reshape(*slots.shape, -1), scales.reshape(*slots.shape, -1)
 
-    def write_bytes(self, slots: torch.Tensor, data: torch.Tensor, scales: torch.Tensor) -> None:
-        """Store raw bytes as `read_bytes` returned them: data uint8 [N, data_bytes] and scales uint8
-        [N, scale_bytes] at slots [N]. Slot -1 writes nothing; duplicate valid slots are an error,
-        as for `write`. What a rollback uses to put saved entries back without re-encoding them."""
-        slots = self._as_slots(slots).reshape(-1)
-        lay = self.layout
-        if data.dtype != torch.uint8 or tuple(data.shape) != (slots.numel(), lay.data_bytes):
-            raise ValueError(f"data must be uint8 [{slots.numel()}, {lay.data_bytes}], got {data.dtype} "
-                             f"{tuple(data.shape)}")
-        if scales.dtype != torch.uint8 or tuple(scales.shape) != (slots.numel(), lay.scale_bytes):
-            raise ValueError(f"scales must be uint8 [{slots.numel()}, {lay.scale_bytes}], got {scales.dtype} "
-                             f"{tuple(scales.shape)}")
-        data_off, scale_off = lay.addresses(slots)
-        check_unique_slots(slots)
-        if slots.numel() == 0:
-            return
-        if self._fixed_shape(slots):
-            self._scatter_fixed(slots, data_off, scale_off, data.to(self.device), scales.to(self.device))
-            return
-        keep = (slots != INVALID_SLOT).nonzero().squeeze(1)
-        if keep.numel() == 0:
-            return
-        scatter_bytes(self.buffer, data_off[keep], data.to(self.device)[keep])
-        if lay.scale_bytes:
-            scatter_bytes(self.buffer, scale_off[keep], scales.to(self.device)[keep])
-
     def read(self, slots: torch.Tensor) -> torch.Tensor:
         """Gather and decode: float32 S + [head_dim]; slot -1 reads as zeros."""
         slots = self._as_slots(slots)

@@ -19,9 +19,7 @@ from mxserve.config import ModelConfig
 from mxserve.kernels.cache import PagedKVCache
 from mxserve.model.attention import AttentionWeights
 from mxserve.model.kernel_set import KernelSet
-from mxserve.model.norms import rms_norm, unweighted_rms_norm
 from mxserve.model.numerics import NumericPolicy
-from mxserve.model.rope import apply_rope
 
 
 def draft_block_attention(
@@ -37,15 +35,16 @@ def draft_block_attention(
         raise ValueError(f"draft_block_attention: {num_rows} rows is not a multiple of block_width={block_width}")
     num_seqs = num_rows // block_width
 
-    qr = rms_norm(kernels.linear(x, w.wq_a, quantize_input=qi, out_dtype=sd), w.q_norm, cfg.rms_norm_eps)
+    # the target's ops (`kernels`): per-head RMS + RoPE of q, fused kv norm + RoPE + encode + insert
+    qr = kernels.rms_norm(kernels.linear(x, w.wq_a, quantize_input=qi, out_dtype=sd), w.q_norm, cfg.rms_norm_eps)
     q = kernels.linear(qr, w.wq_b, quantize_input=qi, out_dtype=sd).view(num_rows, heads, head_dim)
-    q = apply_rope(unweighted_rms_norm(q, cfg.rms_norm_eps), positions, inv_freq)
-    kv = rms_norm(kernels.linear(x, w.wkv, quantize_input=qi, out_dtype=sd), w.kv_norm, cfg.rms_norm_eps)
-    kv = apply_rope(kv, positions, inv_freq)
+    q = kernels.q_norm_rope(q, positions, inv_freq, cfg.rms_norm_eps)
+    kv = kernels.linear(x, w.wkv, quantize_input=qi, out_dtype=sd)
 
     scratch = PagedKVCache(1, num_rows, mode=policy.kv_cache_dtype.value, head_dim=head_dim,
                            rope_dim=cfg.qk_rope_head_dim, device=x.device)
-    scratch.write(torch.arange(num_rows, device=x.device), kv)
+    kernels.kv_insert(kv, w.kv_norm, cfg.rms_norm_eps, positions, inv_freq, scratch,
+                      torch.arange(num_rows, device=x.device))
 
     out = torch.empty(num_rows, heads, head_dim, dtype=torch.float32, device=x.device)
     block = torch.arange(block_width, device=x.device)
@@ -56,6 +55,6 @@ def draft_block_attention(
             (scratch, (b * block_width + block)[None, :].expand(block_width, -1)),  # non-causal: all K
         ]
         out[rows] = kernels.sparse_attention(q[rows], sources, w.sink, head_dim**-0.5)
-    out = apply_rope(out.to(sd), positions, inv_freq, inverse=True)
+    out = kernels.rope(out, positions, inv_freq, inverse=True, out_dtype=sd)
     grouped = kernels.grouped_linear(out.reshape(num_rows, cfg.o_groups, -1), w.wo_a, out_dtype=sd)
     return kernels.linear(grouped.flatten(1), w.wo_b, quantize_input=qi, out_dtype=sd)

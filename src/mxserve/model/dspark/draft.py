@@ -31,9 +31,8 @@ from mxserve.model.hyper_connection import HyperConnectionWeights
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import ModelCacheState, Pool
 from mxserve.model.moe import MoEWeights, moe_forward
-from mxserve.model.norms import rms_norm
 from mxserve.model.numerics import NumericPolicy
-from mxserve.model.rope import RopeTables, apply_rope
+from mxserve.model.rope import RopeTables
 from mxserve.model.weights import WeightStore
 
 # (step i, logits_i [B, V] fp32 after the Markov bias) → draft token ids [B] int64
@@ -72,7 +71,9 @@ class DSparkDraft:
         # Markov head applied in fp32 (dsv4-0731 §3.2 step 7): W1 [V, r] rows, W2 [V, r] used r → V.
         self.markov_w1 = store.tensor(f"{last}markov_head.markov_w1.weight").float()
         self.markov_w2 = store.tensor(f"{last}markov_head.markov_w2.weight").float()
-        self.inv_freq = RopeTables(config).main  # ratio 0 layers: the main table, no YaRN
+        # ratio 0 layers: the main table, no YaRN; on the weights' device (a CPU table would be
+        # copied to the GPU at every use: a host sync that keeps the draft out of a CUDA graph)
+        self.inv_freq = RopeTables(config, device=embed.device).main
 
     @classmethod
     def for_target(cls, target, weights: Mapping[str, torch.Tensor | QuantizedWeight], *,
@@ -116,12 +117,13 @@ class DSparkDraft:
         if aux.shape[0] == 0:
             return
         cfg, sd, qi = self.config, self.policy.stream_dtype, self.policy.quantize_gemm_inputs
-        main_x = rms_norm(self.kernels.linear(aux.to(sd), self.main_proj, quantize_input=qi, out_dtype=sd), self.main_norm,
-                          cfg.rms_norm_eps)
-        for s, stage in enumerate(self.stages):
+        kernels = self.kernels
+        main_x = kernels.rms_norm(kernels.linear(aux.to(sd), self.main_proj, quantize_input=qi, out_dtype=sd),
+                                  self.main_norm, cfg.rms_norm_eps)
+        for s, stage in enumerate(self.stages):  # kv norm + RoPE + encode + insert: the target's window op
             w = stage.attention
-            kv = rms_norm(self.kernels.linear(main_x, w.wkv, quantize_input=qi, out_dtype=sd), w.kv_norm, cfg.rms_norm_eps)
-            windows[s].write(slots, apply_rope(kv, positions, self.inv_freq))
+            kernels.kv_insert(kernels.linear(main_x, w.wkv, quantize_input=qi, out_dtype=sd), w.kv_norm,
+                              cfg.rms_norm_eps, positions, self.inv_freq, windows[s], slots)
 
     # ------------------------------------------------------------------ the block
     @torch.no_grad()
@@ -161,16 +163,17 @@ class DSparkDraft:
         for s, stage in enumerate(self.stages):
             block_in, post, comb = kernels.hc_pre(streams, stage.hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
             out = draft_block_attention(
-                rms_norm(block_in, stage.attn_norm, cfg.rms_norm_eps), positions, stage.attention, block_width=k,
+                kernels.rms_norm(block_in, stage.attn_norm, cfg.rms_norm_eps), positions, stage.attention, block_width=k,
                 window_cache=windows[s], window_slots=window_slots, config=cfg, policy=self.policy,
                 kernels=self.kernels, inv_freq=self.inv_freq,
             )
             streams = kernels.hc_post(out, streams, post, comb)
             block_in, post, comb = kernels.hc_pre(streams, stage.hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
-            out = moe_forward(rms_norm(block_in, stage.ffn_norm, cfg.rms_norm_eps), tokens, stage.moe, cfg,
+            out = moe_forward(kernels.rms_norm(block_in, stage.ffn_norm, cfg.rms_norm_eps), tokens, stage.moe, cfg,
                               self.policy, self.kernels)
             streams = kernels.hc_post(out, streams, post, comb)
-        hidden = rms_norm(kernels.hc_head(streams, *self.hc_head_weights, **hc_args), self.final_norm, cfg.rms_norm_eps)
+        hidden = kernels.rms_norm(kernels.hc_head(streams, *self.hc_head_weights, **hc_args), self.final_norm,
+                                  cfg.rms_norm_eps)
         return self.kernels.linear(hidden, self.head).view(num_seqs, k, -1)
 
     @torch.no_grad()

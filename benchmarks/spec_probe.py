@@ -1,0 +1,69 @@
+"""Whether the graphed speculative step runs on this GPU: one short greedy generate with DSpark K=3
+on the packaged default model (every Triton kernel); prints the graphs' state and the eager reasons.
+Exit status 1 when the graphs are unavailable. With --profile, then one timed 128-token generate:
+host seconds per step in each part of the step (wall clocks around the calls; a part's wall
+includes waiting for the device when it reads a result) and device seconds per replay of each
+captured graph (CUDA events over back-to-back replays).
+
+    PYTHONPATH=src python benchmarks/spec_probe.py [--profile]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections import defaultdict
+
+import torch
+
+from mxserve import LLM, SamplingParams
+
+ALL_TRITON = {"linear": "triton", "moe": "triton", "attention": "triton", "hc": "triton"}
+
+llm = LLM(device="cuda", max_model_len=512, kernel_overrides=ALL_TRITON, progress=False,
+          speculative_config={"method": "dspark", "num_speculative_tokens": 3})
+llm.generate([[0, 7, 8, 9, 10]], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True))
+runner = llm.engine.runner
+graphs = runner.step_graphs
+print("graphed steps:", graphs.num_steps, "| unavailable:", graphs.unavailable)
+print("eager reasons:", dict(runner.eager_stats.counts))
+ok = graphs.unavailable is None and graphs.num_steps > 0
+if ok and "--profile" in sys.argv:
+    walls: dict[str, list[float]] = defaultdict(list)
+
+    def timed(owner, name: str, label: str) -> None:
+        real = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            out = real(*args, **kwargs)
+            walls[label].append(time.perf_counter() - start)
+            return out
+        setattr(owner, name, wrapper)
+
+    timed(llm.engine, "step", "engine.step (whole)")
+    timed(runner, "execute", "runner.execute")
+    timed(graphs, "draft_tokens", "draft: stage + replay")
+    timed(graphs, "verify", "verify: stage + replay")
+    timed(graphs, "finish", "finish: mask + post replay")
+    timed(llm.engine.scheduler, "schedule", "scheduler.schedule")
+    llm.generate([[0, *range(20, 44)]], SamplingParams(max_tokens=128, temperature=0, ignore_eos=True))
+    for label, values in walls.items():
+        print(f"host {label:<28} n={len(values):4d} median {statistics.median(values) * 1e3:7.3f} ms")
+
+    def device_ms(graph) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(50):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 50
+    for bucket, entry in graphs._drafts.items():
+        print(f"device draft graph   bucket {bucket:3d}: {device_ms(entry.graph):.3f} ms")
+    for bucket, entry in graphs._verifies.items():
+        print(f"device verify graph  bucket {bucket:3d}: {device_ms(entry.graph):.3f} ms")
+        print(f"device post graph    bucket {bucket:3d}: {device_ms(entry.post_graph):.3f} ms")
+    print("(the verify/post replays above rewrite the finished request's slots: timing only)")
+sys.exit(0 if ok else 1)

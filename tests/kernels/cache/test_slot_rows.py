@@ -1,0 +1,63 @@
+"""`SlotRows` (kernels/cache/slot_rows.py): save a slot list's bytes in several caches of one
+layout, overwrite them, restore a chosen subset — exactly those rows get their old bytes back,
+every other byte of every buffer is what it was before the restore (−1 rows write nothing)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mxserve.kernels.cache import CompressorStateCache, PagedKVCache, SlotRows
+
+
+def _random_fill(cache, gen: torch.Generator) -> None:
+    cache.buffer.copy_(torch.randint(0, 256, cache.buffer.shape, dtype=torch.uint8, generator=gen))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: PagedKVCache(3, 4, mode="fp8_ds_mla"),  # data + scale parts, a padded page stride
+    lambda: CompressorStateCache(3, 4, row_width=8),  # one fp32 part
+], ids=["ds_mla", "state_rows"])
+def test_restore_puts_back_exactly_the_chosen_rows(make):
+    gen = torch.Generator().manual_seed(0)
+    caches = [make(), make()]
+    for cache in caches:
+        _random_fill(cache, gen)
+    slots = torch.tensor([5, -1, 0, 11, -1, 7])
+    rows = SlotRows(caches[0], slots)
+    saved = [rows.save(cache) for cache in caches]
+    before = [cache.buffer.clone() for cache in caches]
+    for cache in caches:  # the verify's writes: new bytes at every valid slot
+        data = torch.randint(0, 256, (4, cache.layout.data_bytes), dtype=torch.uint8, generator=gen)
+        scales = torch.randint(0, 256, (4, cache.layout.scale_bytes), dtype=torch.uint8, generator=gen)
+        offsets_d, offsets_s = cache.layout.addresses(torch.tensor([5, 0, 11, 7]))
+        for i in range(4):
+            cache.buffer[offsets_d[i]: offsets_d[i] + cache.layout.data_bytes] = data[i]
+            cache.buffer[offsets_s[i]: offsets_s[i] + cache.layout.scale_bytes] = scales[i]
+    written = [cache.buffer.clone() for cache in caches]
+    chosen = torch.tensor([True, True, False, True, False, False])  # slots 5 and 11 roll back; row 1 is −1
+    for cache, data in zip(caches, saved, strict=True):
+        rows.restore(cache, data, chosen)
+    for cache, old, new in zip(caches, before, written, strict=True):
+        want = new.clone()
+        for slot in (5, 11):
+            d, s = (o.item() for o in cache.layout.addresses(torch.tensor(slot)))
+            want[d: d + cache.layout.data_bytes] = old[d: d + cache.layout.data_bytes]
+            want[s: s + cache.layout.scale_bytes] = old[s: s + cache.layout.scale_bytes]
+        assert torch.equal(cache.buffer, want)
+
+
+def test_a_list_without_valid_slots_changes_nothing():
+    cache = PagedKVCache(2, 4, mode="fp8_ds_mla")
+    _random_fill(cache, torch.Generator().manual_seed(1))
+    rows = SlotRows(cache, torch.tensor([-1, -1, -1]))
+    saved = rows.save(cache)
+    before = cache.buffer.clone()
+    rows.restore(cache, saved, torch.tensor([True, False, True]))
+    assert torch.equal(cache.buffer, before)
+
+
+def test_a_cache_of_another_layout_is_refused():
+    rows = SlotRows(PagedKVCache(2, 4, mode="fp8_ds_mla"), torch.tensor([1]))
+    with pytest.raises(ValueError, match="layout"):
+        rows.save(PagedKVCache(3, 4, mode="fp8_ds_mla"))
