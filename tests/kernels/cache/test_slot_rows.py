@@ -1,13 +1,25 @@
 """`SlotRows` (kernels/cache/slot_rows.py): save a slot list's bytes in several caches of one
 layout, overwrite them, restore a chosen subset — exactly those rows get their old bytes back,
-every other byte of every buffer is what it was before the restore (−1 rows write nothing)."""
+every other byte of every buffer is what it was before the restore (−1 rows write nothing).
+Both forms: the torch twin, and the Triton kernels under the interpreter (CUDA's form)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
 
 from mxserve.kernels.cache import CompressorStateCache, PagedKVCache, SlotRows
+
+
+@pytest.fixture(params=["torch", "triton"])
+def backend(request, monkeypatch):
+    if request.param == "triton":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("needs the Triton interpreter")
+        monkeypatch.setenv("MXSERVE_TRITON_SLOT_ROWS", "1")
+    return request.param
 
 
 def _random_fill(cache, gen: torch.Generator) -> None:
@@ -18,13 +30,14 @@ def _random_fill(cache, gen: torch.Generator) -> None:
     lambda: PagedKVCache(3, 4, mode="fp8_ds_mla"),  # data + scale parts, a padded page stride
     lambda: CompressorStateCache(3, 4, row_width=8),  # one fp32 part
 ], ids=["ds_mla", "state_rows"])
-def test_restore_puts_back_exactly_the_chosen_rows(make):
+def test_restore_puts_back_exactly_the_chosen_rows(make, backend):
     gen = torch.Generator().manual_seed(0)
     caches = [make(), make()]
     for cache in caches:
         _random_fill(cache, gen)
     slots = torch.tensor([5, -1, 0, 11, -1, 7])
     rows = SlotRows(caches[0], slots)
+    assert rows._triton == (backend == "triton")
     saved = [rows.save(cache) for cache in caches]
     before = [cache.buffer.clone() for cache in caches]
     for cache in caches:  # the verify's writes: new bytes at every valid slot
@@ -47,7 +60,7 @@ def test_restore_puts_back_exactly_the_chosen_rows(make):
         assert torch.equal(cache.buffer, want)
 
 
-def test_a_list_without_valid_slots_changes_nothing():
+def test_a_list_without_valid_slots_changes_nothing(backend):
     cache = PagedKVCache(2, 4, mode="fp8_ds_mla")
     _random_fill(cache, torch.Generator().manual_seed(1))
     rows = SlotRows(cache, torch.tensor([-1, -1, -1]))
@@ -57,7 +70,7 @@ def test_a_list_without_valid_slots_changes_nothing():
     assert torch.equal(cache.buffer, before)
 
 
-def test_a_cache_of_another_layout_is_refused():
+def test_a_cache_of_another_layout_is_refused(backend):
     rows = SlotRows(PagedKVCache(2, 4, mode="fp8_ds_mla"), torch.tensor([1]))
     with pytest.raises(ValueError, match="layout"):
         rows.save(PagedKVCache(3, 4, mode="fp8_ds_mla"))

@@ -12,16 +12,34 @@ Slot −1 rows (padding, or a row that emits no compressed entry) stand in for t
 of the list: they read its bytes and, on restore, write exactly the bytes that row writes, to
 the same place — duplicate writes of identical bytes, never a race and never a write elsewhere.
 A list with no valid slot reads and rewrites slot 0's own bytes (nothing changes).
+
+On CUDA one Triton launch per cache and direction does the same byte moves with the address
+math in registers (`_slot_rows_kernel`; a masked store writes only the chosen valid rows, so no
+stand-in rows are needed): the rollback of a verify step was ~270 tiny torch launches of the
+default model's graphed speculative step. MXSERVE_TORCH_SLOT_ROWS=1 keeps the torch form there
+(the off switch); MXSERVE_TRITON_SLOT_ROWS=1 runs the kernels under TRITON_INTERPRET=1 (tests).
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
 from mxserve.kernels.cache.page_layout import INVALID_SLOT
 from mxserve.kernels.cache.paged_cache import PagedCache
+
+_PIECE = 1024  # bytes of a row one program moves
+
+
+def use_triton(slots: torch.Tensor) -> bool:
+    if os.environ.get("MXSERVE_TORCH_SLOT_ROWS") == "1":
+        return False
+    interpreting = os.environ.get("TRITON_INTERPRET", "0") == "1"
+    if slots.is_cuda:
+        return not interpreting
+    return interpreting and os.environ.get("MXSERVE_TRITON_SLOT_ROWS") == "1"
 
 
 class SlotRows:
@@ -29,7 +47,11 @@ class SlotRows:
         """`like`: any cache of the layout; slots [R] int64 (−1 = none)."""
         self.layout = like.layout
         self.buffer_bytes = like.buffer.numel()
-        slots = slots.reshape(-1).to(device=like.device, dtype=torch.int64)
+        slots = slots.reshape(-1).to(device=like.device, dtype=torch.int64).contiguous()
+        self.slots = slots
+        self._triton = use_triton(slots)
+        if self._triton:
+            return
         valid = slots != INVALID_SLOT
         rows = torch.arange(slots.shape[0], device=slots.device)
         first = torch.argmax(valid.to(torch.int8))  # 0 when no row is valid
@@ -57,13 +79,41 @@ class SlotRows:
         return cache.buffer.view(dtype)
 
     def save(self, cache: PagedCache) -> list[torch.Tensor]:
-        """The rows' stored bytes in `cache`, one tensor per part (as words)."""
+        """The rows' stored bytes in `cache`, one tensor per part (as words; one uint8 [R, data +
+        scale bytes] tensor on the Triton path)."""
+        if self._triton:
+            self._words(cache, torch.uint8)
+            lay = self.layout
+            out = torch.empty(self.slots.shape[0], lay.data_bytes + lay.scale_bytes, dtype=torch.uint8,
+                              device=self.slots.device)
+            self._launch("save", cache, out, None)
+            return [out]
         return [self._words(cache, dtype)[index] for dtype, index in self._parts]
 
     def restore(self, cache: PagedCache, saved: list[torch.Tensor], rows: torch.Tensor) -> None:
         """Write `saved` (from `save` on this cache) back where `rows` [R] (bool) is set; the other
         rows' bytes are rewritten unchanged."""
+        if self._triton:
+            self._words(cache, torch.uint8)
+            self._launch("restore", cache, saved[0], rows.to(torch.bool).contiguous())
+            return
         chosen = (rows[self._stand_in] & self._real)[:, None]
         for (dtype, index), old in zip(self._parts, saved, strict=True):
             words = self._words(cache, dtype)
             words.index_put_((index.reshape(-1),), torch.where(chosen, old, words[index]).reshape(-1))
+
+    def _launch(self, direction: str, cache: PagedCache, rows_bytes: torch.Tensor, chosen: torch.Tensor | None) -> None:
+        from mxserve.kernels.cache._slot_rows_kernel import _restore_rows_kernel, _save_rows_kernel
+
+        lay = self.layout
+        num_rows = self.slots.shape[0]
+        if num_rows == 0:
+            return
+        grid = (num_rows, -(-(lay.data_bytes + lay.scale_bytes) // _PIECE))
+        shape = dict(DATA=lay.data_bytes, SCALE=lay.scale_bytes, BLOCK=_PIECE)
+        if direction == "save":
+            _save_rows_kernel[grid](cache.buffer, self.slots, rows_bytes, lay.block_size, lay.block_stride_bytes,
+                                    **shape)
+        else:
+            _restore_rows_kernel[grid](cache.buffer, self.slots, rows_bytes, chosen, lay.block_size,
+                                       lay.block_stride_bytes, **shape)
