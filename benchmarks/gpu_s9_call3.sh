@@ -10,7 +10,7 @@ stamp "probe + profile"
 timeout 150 python3 benchmarks/spec_probe.py --profile 2>&1 | grep -v -i warn | tail -n 16 | cut -c1-400
 [ "${PIPESTATUS[0]}" = 0 ] || { gpu_s5_pack; exit 1; }
 stamp "GPU tests: graphed speculation"
-timeout 200 python3 -m pytest -q -x tests/speculative/test_step_graphs_gpu.py > "$R/gpu_tests.log" 2>&1
+timeout 200 python3 -m pytest -q -x tests/speculative/test_step_graphs_gpu.py tests/kernels/cache/test_slot_rows.py > "$R/gpu_tests.log" 2>&1
 echo "exit $?"; tail -n 3 "$R/gpu_tests.log" | cut -c1-300
 stamp "spec_decode benchmark"
 timeout 200 python3 benchmarks/spec_decode.py --ks 3 5 7 --eager-ks --prompts 4 --new-tokens 128 --repeats 2 \

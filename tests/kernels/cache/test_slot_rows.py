@@ -12,10 +12,17 @@ import torch
 
 from mxserve.kernels.cache import CompressorStateCache, PagedKVCache, SlotRows
 
+CUDA = torch.cuda.is_available()
 
-@pytest.fixture(params=["torch", "triton"])
+
+@pytest.fixture(params=["torch", "triton", pytest.param("cuda", marks=pytest.mark.gpu)])
 def backend(request, monkeypatch):
-    if request.param == "triton":
+    if request.param == "cuda":
+        if not CUDA:
+            pytest.skip("needs CUDA")
+        torch.set_default_device("cuda")
+        request.addfinalizer(lambda: torch.set_default_device(None))
+    elif request.param == "triton":
         if os.environ.get("TRITON_INTERPRET") != "1":
             pytest.skip("needs the Triton interpreter")
         monkeypatch.setenv("MXSERVE_TRITON_SLOT_ROWS", "1")
@@ -23,7 +30,7 @@ def backend(request, monkeypatch):
 
 
 def _random_fill(cache, gen: torch.Generator) -> None:
-    cache.buffer.copy_(torch.randint(0, 256, cache.buffer.shape, dtype=torch.uint8, generator=gen))
+    cache.buffer.copy_(torch.randint(0, 256, cache.buffer.shape, dtype=torch.uint8, generator=gen, device="cpu"))
 
 
 @pytest.mark.parametrize("make", [
@@ -31,18 +38,18 @@ def _random_fill(cache, gen: torch.Generator) -> None:
     lambda: CompressorStateCache(3, 4, row_width=8),  # one fp32 part
 ], ids=["ds_mla", "state_rows"])
 def test_restore_puts_back_exactly_the_chosen_rows(make, backend):
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator(device="cpu").manual_seed(0)
     caches = [make(), make()]
     for cache in caches:
         _random_fill(cache, gen)
     slots = torch.tensor([5, -1, 0, 11, -1, 7])
     rows = SlotRows(caches[0], slots)
-    assert rows._triton == (backend == "triton")
+    assert rows._triton == (backend != "torch")
     saved = [rows.save(cache) for cache in caches]
     before = [cache.buffer.clone() for cache in caches]
     for cache in caches:  # the verify's writes: new bytes at every valid slot
-        data = torch.randint(0, 256, (4, cache.layout.data_bytes), dtype=torch.uint8, generator=gen)
-        scales = torch.randint(0, 256, (4, cache.layout.scale_bytes), dtype=torch.uint8, generator=gen)
+        data = torch.randint(0, 256, (4, cache.layout.data_bytes), dtype=torch.uint8, generator=gen, device="cpu")
+        scales = torch.randint(0, 256, (4, cache.layout.scale_bytes), dtype=torch.uint8, generator=gen, device="cpu")
         offsets_d, offsets_s = cache.layout.addresses(torch.tensor([5, 0, 11, 7]))
         for i in range(4):
             cache.buffer[offsets_d[i]: offsets_d[i] + cache.layout.data_bytes] = data[i]
@@ -62,7 +69,7 @@ def test_restore_puts_back_exactly_the_chosen_rows(make, backend):
 
 def test_a_list_without_valid_slots_changes_nothing(backend):
     cache = PagedKVCache(2, 4, mode="fp8_ds_mla")
-    _random_fill(cache, torch.Generator().manual_seed(1))
+    _random_fill(cache, torch.Generator(device="cpu").manual_seed(1))
     rows = SlotRows(cache, torch.tensor([-1, -1, -1]))
     saved = rows.save(cache)
     before = cache.buffer.clone()
