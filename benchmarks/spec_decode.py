@@ -1,9 +1,10 @@
 """Single-stream decode with DSpark speculation vs without (issue 13), on the packaged default model.
 
 One engine per setting (`off`, then K in --ks, each with the graphed speculative step, and K in
---eager-ks with MXSERVE_SPEC_GRAPHS=0: the eager step it replaces). Per setting: one warm-up
-generate (Triton compiles, graph captures), then every held-out prompt decoded alone, greedy,
---new-tokens tokens, --repeats times. Reported per setting: the median single-stream tok/s over
+--eager-ks with MXSERVE_SPEC_GRAPHS=0: the eager step it replaces), all alive at once, each warmed
+up (Triton compiles, graph captures). Then --repeats rounds; in each, every setting decodes every
+held-out prompt alone, greedy, --new-tokens tokens (interleaved, so host drift during the run
+hits every setting alike). Reported per setting: the median single-stream tok/s over
 those calls (wall of `generate`, the ~24-token prefill included), the same-run ratio against
 `off`, the mean acceptance length, whether every output equals `off`'s, how many steps took the
 graphed path and why any did not.
@@ -27,26 +28,35 @@ from mxserve import LLM, SamplingParams
 from mxserve.default_model import default_model_path
 
 
-def run_setting(k: int, graphed: bool, prompts: list[list[int]], args) -> dict:
+def build(k: int, graphed: bool, args) -> LLM:
+    """One engine (its own KV budget, so several live side by side), warmed up: compiles, captures."""
     os.environ["MXSERVE_SPEC_GRAPHS"] = "auto" if graphed else "0"
     spec = {"method": "dspark", "num_speculative_tokens": k} if k else None
     llm = LLM(str(default_model_path()), device=args.device, numerics="faithful", max_model_len=512,
-              kernel_overrides=parse_kernels(args.kernels), speculative_config=spec, progress=False)
+              kernel_overrides=parse_kernels(args.kernels), speculative_config=spec, progress=False,
+              kv_cache_memory=1 << 30)
+    llm.generate([[0, 7, 8, 9]], SamplingParams(max_tokens=args.new_tokens, temperature=0, ignore_eos=True))
+    return llm
+
+
+def time_round(llm: LLM, prompts: list[list[int]], args) -> tuple[list[float], list[list[int]]]:
+    """Each prompt decoded alone: tok/s per call (wall of `generate`), and the tokens."""
     params = SamplingParams(max_tokens=args.new_tokens, temperature=0, ignore_eos=True)
-    llm.generate([prompts[0]], params)  # warm-up: compiles and captures
-    stats0 = llm.engine.spec_decode_stats.as_dict() if k else None
     rates, outputs = [], []
-    for _ in range(args.repeats):
-        for prompt in prompts:
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            out = llm.generate([prompt], params)[0].outputs[0].token_ids
-            torch.cuda.synchronize()
-            rates.append(len(out) / (time.perf_counter() - start))
-            outputs.append(list(out))
+    for prompt in prompts:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = llm.generate([prompt], params)[0].outputs[0].token_ids
+        torch.cuda.synchronize()
+        rates.append(len(out) / (time.perf_counter() - start))
+        outputs.append(list(out))
+    return rates, outputs
+
+
+def summary(k: int, graphed: bool, llm: LLM, rates: list[float], outputs: list[list[int]], stats0) -> dict:
     runner = llm.engine.runner
     row = {"k": k, "graphed": graphed, "tok_s_median": statistics.median(rates), "tok_s": rates,
-           "outputs": outputs[: len(prompts)], "eager_reasons": dict(runner.eager_stats.counts)}
+           "outputs": outputs, "eager_reasons": dict(runner.eager_stats.counts)}
     if k:
         stats = llm.engine.spec_decode_stats.as_dict()
         verifies = stats["num_verifies"] - stats0["num_verifies"]
@@ -56,8 +66,6 @@ def run_setting(k: int, graphed: bool, prompts: list[list[int]], args) -> dict:
         graphs = runner.step_graphs
         row["graphed_steps"] = graphs.num_steps if graphs is not None else 0
         row["graphs_unavailable"] = graphs.unavailable if graphs is not None else "off"
-    del llm
-    torch.cuda.empty_cache()
     return row
 
 
@@ -73,9 +81,19 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("spec.json"))
     args = ap.parse_args()
     prompts = prompts_for(default_model_path(), args.prompts)
-    rows = [run_setting(0, True, prompts, args)]
-    rows += [run_setting(k, True, prompts, args) for k in args.ks]
-    rows += [run_setting(k, False, prompts, args) for k in args.eager_ks]
+    settings = [(0, True)] + [(k, True) for k in args.ks] + [(k, False) for k in args.eager_ks]
+    engines = [build(k, graphed, args) for k, graphed in settings]
+    stats0 = [llm.engine.spec_decode_stats.as_dict() if k else None
+              for (k, _), llm in zip(settings, engines, strict=True)]
+    rates: list[list[float]] = [[] for _ in settings]
+    outputs: list[list[list[int]]] = [[] for _ in settings]
+    for _ in range(args.repeats):  # rounds interleave the settings: host drift hits them alike
+        for i, llm in enumerate(engines):
+            got_rates, got = time_round(llm, prompts, args)
+            rates[i] += got_rates
+            outputs[i] = got
+    rows = [summary(k, graphed, llm, rates[i], outputs[i], stats0[i])
+            for i, ((k, graphed), llm) in enumerate(zip(settings, engines, strict=True))]
     base = rows[0]
     for row in rows:
         row["ratio_vs_off"] = row["tok_s_median"] / base["tok_s_median"]
