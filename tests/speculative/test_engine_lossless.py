@@ -127,3 +127,21 @@ def test_rejected_drafts_leave_every_cache_byte_identical(tiny_0731, graphed, mo
     for stage in range(3):
         assert torch.equal(fresh[stage].read_bytes(slots)[0], runner.windows[stage].read_bytes(slots)[0])
         assert torch.equal(fresh[stage].buffer, runner.windows[stage].buffer)  # nothing past the committed end
+
+
+def test_sampled_requests_take_the_same_tokens_on_both_step_paths(tiny_0731, monkeypatch):
+    """Sampled requests (temperature, top-p; greedy drafts) verified with the keyed draws: the graphed
+    step (verify rows' logits from the decode path) gives the eager step's tokens, both rules."""
+    prompts = random_prompts(4, 499, seed=5, min_len=6, max_len=20)
+    params = [SamplingParams(max_tokens=10, temperature=0.8, top_p=0.9, seed=100 + i, ignore_eos=True)
+              for i in range(len(prompts))]
+    for rule in ("standard", "block"):
+        got = {}
+        for graphed in ("0", "1"):
+            monkeypatch.setenv("MXSERVE_SPEC_GRAPHS", graphed)
+            spec = LLM(str(tiny_0731), max_model_len=64, progress=False,
+                       speculative_config={"num_speculative_tokens": 3, "rejection_sample_method": rule})
+            got[graphed] = [o.outputs[0].token_ids for o in spec.generate(prompts, params)]
+            graphs = spec.engine.runner.step_graphs
+            assert (graphs is None) if graphed == "0" else (graphs.num_steps > 0)
+        assert got["1"] == got["0"], rule
