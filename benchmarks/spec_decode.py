@@ -1,7 +1,8 @@
 """Single-stream decode with DSpark speculation vs without (issue 13), on the packaged default model.
 
-One engine per setting (`off`, then K in --ks, each with the graphed speculative step, and K in
---eager-ks with MXSERVE_SPEC_GRAPHS=0: the eager step it replaces), all alive at once, each warmed
+One engine per setting (`off`, then K in --ks, each with the graphed speculative step, K in
+--no-lookahead-ks graphed without the draft lookahead, and K in --eager-ks with
+MXSERVE_SPEC_GRAPHS=0: the eager step it replaces), all alive at once, each warmed
 up (Triton compiles, graph captures). Then --repeats rounds; in each, every setting decodes every
 held-out prompt alone, greedy, --new-tokens tokens (interleaved, so host drift during the run
 hits every setting alike). Reported per setting: the median single-stream tok/s over
@@ -28,9 +29,10 @@ from mxserve import LLM, SamplingParams
 from mxserve.default_model import default_model_path
 
 
-def build(k: int, graphed: bool, args) -> LLM:
+def build(k: int, graphed: bool, args, lookahead: bool = True) -> LLM:
     """One engine (its own KV budget, so several live side by side), warmed up: compiles, captures."""
     os.environ["MXSERVE_SPEC_GRAPHS"] = "auto" if graphed else "0"
+    os.environ["MXSERVE_SPEC_LOOKAHEAD"] = "1" if lookahead else "0"
     spec = {"method": "dspark", "num_speculative_tokens": k} if k else None
     llm = LLM(str(default_model_path()), device=args.device, numerics="faithful", max_model_len=512,
               kernel_overrides=parse_kernels(args.kernels), speculative_config=spec, progress=False,
@@ -53,9 +55,9 @@ def time_round(llm: LLM, prompts: list[list[int]], args) -> tuple[list[float], l
     return rates, outputs
 
 
-def summary(k: int, graphed: bool, llm: LLM, rates: list[float], outputs: list[list[int]], stats0) -> dict:
+def summary(k: int, graphed: bool, lookahead: bool, llm: LLM, rates: list[float], outputs: list[list[int]], stats0) -> dict:
     runner = llm.engine.runner
-    row = {"k": k, "graphed": graphed, "tok_s_median": statistics.median(rates), "tok_s": rates,
+    row = {"k": k, "graphed": graphed, "lookahead": lookahead, "tok_s_median": statistics.median(rates), "tok_s": rates,
            "outputs": outputs, "eager_reasons": dict(runner.eager_stats.counts)}
     if k:
         stats = llm.engine.spec_decode_stats.as_dict()
@@ -65,6 +67,7 @@ def summary(k: int, graphed: bool, llm: LLM, rates: list[float], outputs: list[l
         row["stats_total"] = stats
         graphs = runner.step_graphs
         row["graphed_steps"] = graphs.num_steps if graphs is not None else 0
+        row["lookahead_drafts_used"] = graphs.num_ahead_used if graphs is not None else 0
         row["graphs_unavailable"] = graphs.unavailable if graphs is not None else "off"
     return row
 
@@ -73,6 +76,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ks", type=int, nargs="+", default=[3, 5, 7])
     ap.add_argument("--eager-ks", type=int, nargs="*", default=[3], help="K values also run with the eager step")
+    ap.add_argument("--no-lookahead-ks", type=int, nargs="*", default=[],
+                    help="K values also run graphed without the draft lookahead (MXSERVE_SPEC_LOOKAHEAD=0)")
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=2)
@@ -81,10 +86,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("spec.json"))
     args = ap.parse_args()
     prompts = prompts_for(default_model_path(), args.prompts)
-    settings = [(0, True)] + [(k, True) for k in args.ks] + [(k, False) for k in args.eager_ks]
-    engines = [build(k, graphed, args) for k, graphed in settings]
+    settings = ([(0, True, True)] + [(k, True, True) for k in args.ks] + [(k, True, False) for k in args.no_lookahead_ks]
+                + [(k, False, False) for k in args.eager_ks])
+    engines = [build(k, graphed, args, lookahead) for k, graphed, lookahead in settings]
     stats0 = [llm.engine.spec_decode_stats.as_dict() if k else None
-              for (k, _), llm in zip(settings, engines, strict=True)]
+              for (k, _, _), llm in zip(settings, engines, strict=True)]
     rates: list[list[float]] = [[] for _ in settings]
     outputs: list[list[list[int]]] = [[] for _ in settings]
     for _ in range(args.repeats):  # rounds interleave the settings: host drift hits them alike
@@ -92,8 +98,8 @@ def main() -> None:
             got_rates, got = time_round(llm, prompts, args)
             rates[i] += got_rates
             outputs[i] = got
-    rows = [summary(k, graphed, llm, rates[i], outputs[i], stats0[i])
-            for i, ((k, graphed), llm) in enumerate(zip(settings, engines, strict=True))]
+    rows = [summary(k, graphed, lookahead, llm, rates[i], outputs[i], stats0[i])
+            for i, ((k, graphed, lookahead), llm) in enumerate(zip(settings, engines, strict=True))]
     base = rows[0]
     for row in rows:
         row["ratio_vs_off"] = row["tok_s_median"] / base["tok_s_median"]
@@ -101,7 +107,8 @@ def main() -> None:
     args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1))
     print(f"{'setting':<14} {'tok/s':>8} {'x off':>6} {'accept len':>10} {'same':>5} {'graphed':>8}  eager reasons")
     for row in rows:
-        name = "off" if not row["k"] else f"K={row['k']}" + ("" if row["graphed"] else " eager")
+        name = "off" if not row["k"] else f"K={row['k']}" + ("" if row["graphed"] else " eager") + (
+            " no-ahead" if row["k"] and row["graphed"] and not row["lookahead"] else "")
         accept = f"{row['mean_acceptance_length']:.2f}" if row["k"] else "-"
         print(f"{name:<14} {row['tok_s_median']:8.1f} {row['ratio_vs_off']:6.2f} {accept:>10} "
               f"{row['identical_to_off']!s:>5} {row.get('graphed_steps', '-')!s:>8}  {row['eager_reasons']}")

@@ -49,6 +49,7 @@ if ok and "--profile" in sys.argv:
     timed(graphs, "finish", "finish: mask + post replay")
     timed(llm.engine.scheduler, "schedule", "scheduler.schedule")
     llm.generate([[0, *range(20, 44)]], SamplingParams(max_tokens=128, temperature=0, ignore_eos=True))
+    print("drafts taken from the lookahead:", graphs.num_ahead_used, "of", graphs.num_steps, "graphed steps")
     for label, values in walls.items():
         print(f"host {label:<28} n={len(values):4d} median {statistics.median(values) * 1e3:7.3f} ms")
 

@@ -33,7 +33,7 @@ def test_gpu_graphed_speculation_equals_plain_and_the_eager_step(monkeypatch, k)
     got, graphed = _generate(monkeypatch, prompts, "auto", k)
     graphs = graphed.engine.runner.step_graphs
     assert graphs is not None and graphs.unavailable is None, dict(graphed.engine.runner.eager_stats.counts)
-    assert graphs.num_steps > 0
+    assert graphs.num_steps > 0 and graphs.num_ahead_used > 0  # the draft lookahead ran
     assert got == want
     eager_tokens, eager = _generate(monkeypatch, prompts, "0", k)
     assert eager_tokens == want

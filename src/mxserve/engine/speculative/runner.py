@@ -68,6 +68,11 @@ class DraftProposal:
 Drafter = Callable[[Sequence[ScheduledChunk], Mapping[str, RequestSampling]], dict[str, DraftProposal]]
 
 
+def spec_lookahead_enabled() -> bool:
+    """MXSERVE_SPEC_LOOKAHEAD=0 turns the graphed step's draft lookahead off (`step_graphs`)."""
+    return os.environ.get("MXSERVE_SPEC_LOOKAHEAD", "1") != "0"
+
+
 class SpeculativeModelRunner(ModelRunner):
     def __init__(self, model: DeepseekV4Model, cache_state: ModelCacheState, device: torch.device, *,
                  draft: DSparkDraft, windows: DraftWindows, config: SpeculativeConfig, block_width: int,
@@ -84,6 +89,7 @@ class SpeculativeModelRunner(ModelRunner):
         self.num_rolled_back_positions = 0  # rejected positions whose writes were undone (either path)
         self.drafter: Drafter = self.dspark_drafts  # replaceable (tests inject scripted drafts)
         self.step_graphs = self._new_step_graphs(max_model_len, enforce_eager)
+        self.draft_lookahead = spec_lookahead_enabled()  # read once: engines in one process may differ
 
     def _new_step_graphs(self, max_model_len: int | None, enforce_eager: bool) -> SpecStepGraphs | None:
         """The graphed step (module docstring), or None where it is switched off or cannot run."""
@@ -241,16 +247,29 @@ class SpeculativeModelRunner(ModelRunner):
             tokens = torch.tensor(rows, dtype=torch.int64, device=self.device)
         row_ids = [rid for rid, k in zip(ids, ks, strict=True) for _ in range(k + 1)]
         row_positions = [c.start_pos + j for c, k in zip(chunks, ks, strict=True) for j in range(k + 1)]
-        out = graphs.verify(tokens, row_ids, row_positions)
+        out = graphs.verify(tokens, row_ids, row_positions, [k + 1 for k in ks])
         if out is None:
             self.eager_stats.record(f"speculative step: {graphs.unavailable}")
             return None
-        logits, _ = out
+        logits, _, choice = out
         num_rows = len(row_positions)
-        # one read: every row's token, the target's choice per row, the finiteness flag
-        packed = torch.cat((tokens[:num_rows], torch.argmax(logits, dim=-1),
-                            torch.isfinite(logits).all().to(torch.int64)[None])).tolist()
-        row_tokens, choices, finite = packed[:num_rows], packed[num_rows: 2 * num_rows], packed[-1]
+        all_greedy = all(sampling[rid].params.is_greedy for rid in ids)
+        # one read: every row's token, the target's choice per row, the rows the device rejected (greedy),
+        # the finiteness flag; with every request greedy, the rollback/commit and the next draft are
+        # queued behind it first (`step_graphs` docstring: the draft lookahead)
+        packed = torch.cat((tokens[:num_rows], choice, graphs.device_rejected(num_rows).to(torch.int64),
+                            torch.isfinite(logits).all().to(torch.int64)[None]))
+        ahead = all_greedy and self.drafter == self.dspark_drafts and self.draft_lookahead
+
+        def queue_behind_the_read() -> None:
+            if all_greedy:
+                graphs.finish_on_device()
+                if ahead:
+                    graphs.draft_ahead()
+
+        packed = self._read_behind(packed, queue_behind_the_read)
+        row_tokens, choices = packed[:num_rows], packed[num_rows: 2 * num_rows]
+        device_rejected, finite = packed[2 * num_rows: 3 * num_rows], packed[-1]
 
         result = StepResult(RunnerOutput({}), logits_finite=bool(finite))
         outputs: dict[str, tuple[int, ...]] = {}
@@ -272,9 +291,33 @@ class SpeculativeModelRunner(ModelRunner):
                 chosen = torch.tensor(verdict.token_ids, dtype=torch.int64, device=lp.device)
                 result.sampled_logprobs[rid] = gather_logprobs(lp, chosen, info.params.logprobs).to_positions()
             first += k + 1
-        graphs.finish(rejected)
+        if not all_greedy:
+            graphs.finish(rejected)
+        elif rejected != [bool(r) for r in device_rejected]:
+            raise RuntimeError(f"speculative step: the device's rejected rows {device_rejected} differ from the "
+                               f"host's verification {rejected}")
+        if ahead:
+            graphs.expect_ahead(ids, [outputs[rid][-1] for rid in ids],
+                                [c.start_pos + len(outputs[c.request_id]) for c in chunks])
         result.runner_output = RunnerOutput(outputs)
         return result
+
+    def _read_behind(self, values: torch.Tensor, queue: Callable[[], None]) -> list[int]:
+        """values.tolist(), with `queue()`'s device work enqueued after the values' copy to pinned
+        memory and before the host waits for it (CUDA): the read does not wait for that work."""
+        if self.device.type != "cuda":
+            queue()
+            return values.tolist()
+        host = self._token_host
+        if host is None or host.numel() < values.numel():
+            host = self._token_host = torch.empty(max(values.numel(), 512), dtype=torch.int64, pin_memory=True)
+        host = host[: values.numel()]
+        host.copy_(values, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+        queue()
+        copied.synchronize()
+        return host.tolist()
 
     def _why_not_graphed(self, graphs: SpecStepGraphs, chunks: Sequence[ScheduledChunk],
                          sampling: Mapping[str, RequestSampling]) -> str | None:

@@ -21,6 +21,14 @@ first use, on all-padding buffers (padding rows have no pages: they write nothin
 and warm-up cannot disturb a cache), after a sync probe as `DecodeGraphs` does; any failure
 makes the graphs unavailable with the reason, and the runner goes back to the eager step.
 `capture=False` runs the same static-buffer functions without graphs (the CPU tests).
+
+**The draft lookahead** (`MXSERVE_SPEC_LOOKAHEAD`, on by default with the graphs): when every
+request is greedy, the verify graph also computes the rejected rows on the device (a row is
+rejected once a draft before or at it differs from the target's argmax of the row before), so the
+post graph and the NEXT step's draft (anchor = the target's token after the accepted drafts, at
+position q + accepted + 1) are launched before the host reads the step's tokens. The host's own
+verification must give the same rejected rows (a RuntimeError otherwise); the next step uses the
+launched draft only when its requests, anchors and positions are exactly the predicted ones.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import logging
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from mxserve.engine.cuda_graphs import BUCKETS, bucket_for, mxserve_frame
@@ -65,13 +74,19 @@ class _DraftEntry:
 @dataclass
 class _VerifyEntry:
     staged: _Staged
-    rejected: torch.Tensor  # [R] bool static: the rows the post graph rolls back (padding rows: True)
+    rejected: torch.Tensor  # [R] bool static: the rows the post graph rolls back
     rejected_host: torch.Tensor  # [R] bool (pinned on CUDA)
+    # [3, R] int64 static / pinned: per row its request's first row and its request's index; per
+    # request b (columns < number of requests) its first row
+    meta: torch.Tensor
+    meta_host: torch.Tensor
     rejected_copied: torch.cuda.Event | None = None
+    meta_copied: torch.cuda.Event | None = None
     graph: torch.cuda.CUDAGraph | None = None
     post_graph: torch.cuda.CUDAGraph | None = None
     logits: torch.Tensor | None = None  # [R, V] fp32
     aux: torch.Tensor | None = None  # [R, len(aux ids)·D]
+    choice: torch.Tensor | None = None  # [R] int64 the target's argmax per row
     snapshot: RowSnapshot | None = None
     window_slots: torch.Tensor | None = None  # [R] each row's window slot (the commit's target)
 
@@ -90,6 +105,11 @@ class SpecStepGraphs:
         self._drafts: dict[int, _DraftEntry] = {}
         self._verifies: dict[int, _VerifyEntry] = {}
         self._last: _VerifyEntry | None = None  # the verify whose rollback/commit is pending
+        self._last_draft: tuple[_DraftEntry, int] | None = None  # the last draft's entry and request count
+        self._ahead: _DraftEntry | None = None  # a draft launched ahead, until `expect_ahead` names it
+        self._expected: tuple[tuple, tuple, tuple, _DraftEntry] | None = None  # (ids, anchors, positions)
+        self._verified: _VerifyEntry | None = None  # the verify `finish_on_device` finished
+        self.num_ahead_used = 0  # steps that took the draft launched ahead (evidence)
         self._mempool = None
 
     def fits(self, num_requests: int, num_rows: int) -> bool:
@@ -103,6 +123,11 @@ class SpecStepGraphs:
         if self.unavailable is not None:
             return None
         n = len(anchors)
+        expected, self._expected = self._expected, None
+        if expected is not None and expected[:3] == (tuple(seq_ids), tuple(anchors), tuple(anchor_positions)):
+            self.num_ahead_used += 1
+            self._last_draft = (expected[3], n)
+            return expected[3].block_tokens[:n]
         bucket = bucket_for(n, self.buckets)
         entry = self._drafts.get(bucket)
         if entry is None:
@@ -111,16 +136,16 @@ class SpecStepGraphs:
                 return None
             self._drafts[bucket] = entry
         self._stage(entry.staged, anchors, seq_ids, anchor_positions)
-        if entry.graph is not None:
-            entry.graph.replay()
-        else:
-            entry.block_tokens = self._draft_fn(entry)
+        self._replay_draft(entry)
+        self._last_draft = (entry, n)
         return entry.block_tokens[:n]
 
-    def verify(self, token_ids: torch.Tensor, seq_ids: Sequence[Hashable], positions: Sequence[int]
-               ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """One row per (sequence, position), tokens [n] on the device → (logits [n, V], aux [n, ·]),
-        views of static buffers valid until the next verify. Call `finish` before the next step."""
+    def verify(self, token_ids: torch.Tensor, seq_ids: Sequence[Hashable], positions: Sequence[int],
+               segments: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """One row per (sequence, position), tokens [n] on the device, `segments` the rows of each
+        request in order (k_b + 1: its anchor, then its drafts) → (logits [n, V], aux [n, ·], the
+        target's argmax per row [n]), views of static buffers valid until the next verify. Call
+        `finish` or `finish_on_device` before the next step."""
         if self.unavailable is not None:
             return None
         n = len(positions)
@@ -130,19 +155,59 @@ class SpecStepGraphs:
             staged = self._new_staged(bucket)
             pin = self.device.type == "cuda"
             entry = _VerifyEntry(staged, torch.ones(bucket, dtype=torch.bool, device=self.device),
-                                 torch.ones(bucket, dtype=torch.bool, pin_memory=pin))
+                                 torch.ones(bucket, dtype=torch.bool, pin_memory=pin),
+                                 _padding_meta(bucket, self.device), _padding_meta(bucket, "cpu").pin_memory()
+                                 if pin else _padding_meta(bucket, "cpu"))
             if not self._prepare(lambda: self._capture_verify(entry)):
                 return None
             self._verifies[bucket] = entry
         self._stage(entry.staged, [0] * n, seq_ids, positions)
+        self._stage_meta(entry, segments)
         entry.staged.static.token_ids[:n].copy_(token_ids, non_blocking=True)
         if entry.graph is not None:
             entry.graph.replay()
         else:
-            entry.logits, entry.aux = self._verify_fn(entry)
+            entry.logits, entry.aux, entry.choice = self._verify_fn(entry)
         self._last = entry
         self.num_steps += 1
-        return entry.logits[:n], entry.aux[:n]
+        return entry.logits[:n], entry.aux[:n], entry.choice[:n]
+
+    def device_rejected(self, num_rows: int) -> torch.Tensor:
+        """The last verify's rejected rows as the device computed them for greedy requests [n] bool."""
+        return self._last.rejected[:num_rows]
+
+    def finish_on_device(self) -> None:
+        """Roll back / commit the last verify by the rejected rows its graph computed (every request
+        greedy): nothing to copy from the host, so it is queued before the host reads the tokens."""
+        entry, self._last = self._last, None
+        self._verified = entry
+        if entry.post_graph is not None:
+            entry.post_graph.replay()
+        else:
+            self._post_fn(entry)
+
+    def draft_ahead(self) -> None:
+        """Launch the next step's draft for the last verify's requests (after `finish_on_device`):
+        anchor = the target's argmax after each request's accepted drafts, at position q + accepted
+        + 1, the other inputs (tables) unchanged. `expect_ahead` then names what the host predicts."""
+        verified, (entry, n) = self._verified, self._last_draft
+        rows = verified.staged.static.num_rows
+        meta = verified.meta
+        is_draft = meta[0] != torch.arange(rows, device=meta.device)
+        accepted = torch.zeros(rows, dtype=torch.int64, device=meta.device)
+        accepted.index_add_(0, meta[1], (is_draft & ~verified.rejected).to(torch.int64))
+        static = entry.staged.static
+        static.token_ids[:n] = verified.choice[meta[2, :n] + accepted[:n]]
+        static.positions[:n] += accepted[:n] + 1
+        self._replay_draft(entry)
+        self._ahead = entry
+
+    def expect_ahead(self, seq_ids: Sequence[Hashable], anchors: Sequence[int], positions: Sequence[int]) -> None:
+        """What the draft launched ahead was computed for (the host's verdicts): the next
+        `draft_tokens` with exactly these inputs takes it instead of staging and replaying."""
+        entry, self._ahead = self._ahead, None
+        if entry is not None:
+            self._expected = (tuple(seq_ids), tuple(anchors), tuple(positions), entry)
 
     def finish(self, rejected: Sequence[bool]) -> None:
         """Roll back the last verify's `rejected` rows (one flag per row, in its row order) and write
@@ -171,20 +236,53 @@ class SpecStepGraphs:
                                           self.geometry.block_size, self.block_width)
         return torch.cat((s.token_ids[:, None], drafts), dim=1)
 
-    def _verify_fn(self, entry: _VerifyEntry) -> tuple[torch.Tensor, torch.Tensor]:
+    def _verify_fn(self, entry: _VerifyEntry) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         static = entry.staged.static
         addresses = DecodeAddresses(static, self.geometry, self.model.config)
         entry.snapshot = RowSnapshot.take(self.state, addresses)
         entry.window_slots = addresses.window_write()
-        return self.model.decode_forward_with_aux(static, self.state, self.geometry, self.aux_layer_ids,
-                                                  addresses=addresses)
+        logits, aux = self.model.decode_forward_with_aux(static, self.state, self.geometry, self.aux_layer_ids,
+                                                         addresses=addresses)
+        choice = torch.argmax(logits, dim=-1)
+        # greedy verification on the device: a draft row matches when its token is the target's
+        # argmax of the row before; a row is rejected once any row of its request up to it does not
+        # (a padding row is its own request's first row: never rejected, and it has no slots)
+        rows = torch.arange(static.num_rows, device=logits.device)
+        first = entry.meta[0]
+        mismatch = (rows != first) & (static.token_ids != choice[(rows - 1).clamp(min=0)])
+        count = torch.cumsum(mismatch.to(torch.int32), dim=0)
+        entry.rejected.copy_(count - count[first] > 0)
+        return logits, aux, choice
 
     def _post_fn(self, entry: _VerifyEntry) -> None:
         entry.snapshot.restore(entry.rejected)
         committed_slots = torch.where(entry.rejected, -1, entry.window_slots)
         self.draft.write_context(self.windows, entry.aux, entry.staged.static.positions, committed_slots)
 
+    def _replay_draft(self, entry: _DraftEntry) -> None:
+        if entry.graph is not None:
+            entry.graph.replay()
+        else:
+            entry.block_tokens = self._draft_fn(entry)
+
     # ------------------------------------------------------------------ staging and capture
+    def _stage_meta(self, entry: _VerifyEntry, segments: Sequence[int]) -> None:
+        if entry.meta_copied is not None:
+            entry.meta_copied.synchronize()
+        host = entry.meta_host.numpy()
+        host[0] = np.arange(host.shape[1])
+        host[1:] = 0
+        row = 0
+        for b, count in enumerate(segments):
+            host[0, row: row + count] = row
+            host[1, row: row + count] = b
+            host[2, b] = row
+            row += count
+        entry.meta.copy_(entry.meta_host, non_blocking=True)
+        if self.device.type == "cuda":
+            entry.meta_copied = torch.cuda.Event()
+            entry.meta_copied.record()
+
     def _new_staged(self, bucket: int) -> _Staged:
         pin = self.device.type == "cuda"
         return _Staged(DecodeBatch.empty(bucket, self.geometry, device=self.device),
@@ -218,7 +316,7 @@ class SpecStepGraphs:
         entry.graph, entry.block_tokens = self._graph(lambda: self._draft_fn(entry), "draft")
 
     def _capture_verify(self, entry: _VerifyEntry) -> None:
-        entry.graph, (entry.logits, entry.aux) = self._graph(lambda: self._verify_fn(entry), "verify")
+        entry.graph, (entry.logits, entry.aux, entry.choice) = self._graph(lambda: self._verify_fn(entry), "verify")
         # A capture computes nothing: replay once so the slot lists the post graph reads (the
         # snapshot's, the window's) hold the padding rows' −1 before it runs eagerly to be probed.
         entry.graph.replay()
@@ -256,3 +354,10 @@ class SpecStepGraphs:
                                f"{str(e).splitlines()[0]}") from e
         logger.info("speculative step graphs: captured the %s part", name)
         return graph, out
+
+
+def _padding_meta(rows: int, device) -> torch.Tensor:
+    """`_VerifyEntry.meta` of padding rows only: each row its own request's first row."""
+    meta = torch.zeros(3, rows, dtype=torch.int64, device=device)
+    meta[0] = torch.arange(rows, device=device)
+    return meta
