@@ -3,6 +3,8 @@
 # 2.16 ms for 1.56 ms of device time; the post graph and the next draft (0.07 + 0.40 ms) waited for
 # the host's read. With every request greedy they are now queued behind the read. Prediction: step
 # wall ~1.75 ms → K=3 ~1.1-1.2x plain; K=3 without the lookahead stays ~0.96x (same call).
+# (Written in session 9, not run: the session's device time ran out. The lookahead is off by default
+# (MXSERVE_SPEC_LOOKAHEAD=1 turns it on); spec_decode.py sets it per engine.)
 #   run(command="bash benchmarks/gpu_s9_call5.sh", carry=[".tc"])
 source benchmarks/gpu_s5_env.sh
 stamp "probe + profile"

@@ -33,6 +33,7 @@ def test_fifty_prompts_greedy_identical_with_the_dspark_draft(tiny_0731, monkeyp
     plain = LLM(str(tiny_0731), max_model_len=64, progress=False)
     want = [o.outputs[0].token_ids for o in plain.generate(prompts, params)]
     stats = {}
+    monkeypatch.setenv("MXSERVE_SPEC_LOOKAHEAD", "1")  # the graphed path with its draft lookahead
     for graphed in ("0", "1"):
         monkeypatch.setenv("MXSERVE_SPEC_GRAPHS", graphed)
         # 8 requests at a time: a verify step of 8 x (3 + 1) rows fits the graphs' largest bucket
@@ -84,14 +85,17 @@ def test_preemption_with_speculation_gives_identical_tokens(tiny_0731):
     assert tight.engine.spec_decode_stats.num_accepted_tokens > 0
 
 
-@pytest.mark.parametrize("graphed", ["0", "1"], ids=["eager-step", "graphed-step"])
-def test_rejected_drafts_leave_every_cache_byte_identical(tiny_0731, graphed, monkeypatch):
+@pytest.mark.parametrize("graphed,device_mask", [("0", "0"), ("1", "0"), ("1", "1")],
+                         ids=["eager-step", "graphed-step", "graphed-step-device-rejected-rows"])
+def test_rejected_drafts_leave_every_cache_byte_identical(tiny_0731, graphed, device_mask, monkeypatch):
     """One request (so both engines hand out the same pages): after generation, every byte of
     every target cache equals the plain run's, and the DSpark windows equal those written by
     one prefill over the final committed sequence. Both step paths: the eager forward with
     `CacheSnapshot`, and the graphed step's static buffers (`step_graphs`: verify as decode rows,
-    `RowSnapshot` rollback; on the CPU without capture)."""
+    `RowSnapshot` rollback; on the CPU without capture), by the host's or the device's rejected rows."""
     monkeypatch.setenv("MXSERVE_SPEC_GRAPHS", graphed)
+    # with the lookahead switch, greedy steps roll back by the rows the verify graph rejected itself
+    monkeypatch.setenv("MXSERVE_SPEC_LOOKAHEAD", device_mask)
     prompt = random_prompts(1, 499, seed=11, min_len=40, max_len=41)[0]
     params = SamplingParams(max_tokens=22, **GREEDY)
     opts = dict(max_model_len=80, block_size=16, max_num_seqs=1, progress=False)

@@ -26,14 +26,15 @@ def _generate(monkeypatch, prompts, spec_graphs: str | None, k: int) -> tuple[li
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
-@pytest.mark.parametrize("k", [3, 7])
-def test_gpu_graphed_speculation_equals_plain_and_the_eager_step(monkeypatch, k):
+@pytest.mark.parametrize("k,lookahead", [(3, "0"), (7, "0"), (3, "1")])
+def test_gpu_graphed_speculation_equals_plain_and_the_eager_step(monkeypatch, k, lookahead):
+    monkeypatch.setenv("MXSERVE_SPEC_LOOKAHEAD", lookahead)
     prompts = [[0, *range(7, 7 + n)] for n in (3, 17, 40)]
     want, _ = _generate(monkeypatch, prompts, None, 0)
     got, graphed = _generate(monkeypatch, prompts, "auto", k)
     graphs = graphed.engine.runner.step_graphs
     assert graphs is not None and graphs.unavailable is None, dict(graphed.engine.runner.eager_stats.counts)
-    assert graphs.num_steps > 0 and graphs.num_ahead_used > 0  # the draft lookahead ran
+    assert graphs.num_steps > 0 and (graphs.num_ahead_used > 0) == (lookahead == "1")  # the draft lookahead
     assert got == want
     eager_tokens, eager = _generate(monkeypatch, prompts, "0", k)
     assert eager_tokens == want
