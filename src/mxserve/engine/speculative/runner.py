@@ -91,8 +91,8 @@ class SpeculativeModelRunner(ModelRunner):
         self.num_restored_entries = 0  # cache entries put back by the eager path's rollbacks
         self.num_rolled_back_positions = 0  # rejected positions whose writes were undone (either path)
         self.drafter: Drafter = self.dspark_drafts  # replaceable (tests inject scripted drafts)
-        self.step_graphs = self._new_step_graphs(max_model_len, enforce_eager)
         self.draft_lookahead = spec_lookahead_enabled()  # read once: engines in one process may differ
+        self.step_graphs = self._new_step_graphs(max_model_len, enforce_eager)
 
     def _new_step_graphs(self, max_model_len: int | None, enforce_eager: bool) -> SpecStepGraphs | None:
         """The graphed step (module docstring), or None where it is switched off or cannot run."""
@@ -106,7 +106,7 @@ class SpeculativeModelRunner(ModelRunner):
         geometry = DecodeGeometry.for_positions(self.model.config, self.cache_state.block_size, max_model_len)
         return SpecStepGraphs(self.model, self.draft, self.windows, self.cache_state, geometry, self.device,
                               block_width=self.block_width, aux_layer_ids=self.aux_layer_ids,
-                              capture=cuda and not enforce_eager)
+                              capture=cuda and not enforce_eager, device_verdicts=self.draft_lookahead)
 
     # ------------------------------------------------------------------ the step
     def execute(self, step: SchedulerOutput, sampling: Mapping[str, RequestSampling]) -> StepResult:
@@ -260,10 +260,11 @@ class SpeculativeModelRunner(ModelRunner):
         # one read: every row's token, the target's choice per row, the rows the device rejected (greedy),
         # the finiteness flag; with every request greedy, the rollback/commit and the next draft are
         # queued behind it first (`step_graphs` docstring: the draft lookahead)
-        packed = torch.cat((tokens[:num_rows], choice, graphs.device_rejected(num_rows).to(torch.int64),
-                            torch.isfinite(logits).all().to(torch.int64)[None]))
         # the device's rejected rows are used only with the lookahead (off: the host's, as measured)
         on_device = all_greedy and self.draft_lookahead
+        device_rows = graphs.device_rejected(num_rows) if on_device else torch.zeros_like(choice)
+        packed = torch.cat((tokens[:num_rows], choice, device_rows.to(torch.int64),
+                            torch.isfinite(logits).all().to(torch.int64)[None]))
         ahead = on_device and self.drafter == self.dspark_drafts
 
         def queue_behind_the_read() -> None:

@@ -94,10 +94,14 @@ class _VerifyEntry:
 class SpecStepGraphs:
     def __init__(self, model, draft: DSparkDraft, windows: DraftWindows, state: ModelCacheState,
                  geometry: DecodeGeometry, device: torch.device, *, block_width: int, aux_layer_ids: Sequence[int],
-                 capture: bool = True, buckets: Sequence[int] = BUCKETS, warmup_iters: int = 2) -> None:
+                 capture: bool = True, buckets: Sequence[int] = BUCKETS, warmup_iters: int = 2,
+                 device_verdicts: bool = False) -> None:
+        """`device_verdicts`: the verify graph also computes the greedy rejected rows (what the draft
+        lookahead needs: `finish_on_device`, `draft_ahead`); without it the host's rows are used."""
         self.model, self.draft, self.windows, self.state = model, draft, windows, state
         self.geometry, self.device = geometry, device
         self.block_width = block_width
+        self.device_verdicts = device_verdicts
         self.aux_layer_ids = tuple(aux_layer_ids)
         self.capture, self.buckets, self.warmup_iters = capture, tuple(sorted(buckets)), warmup_iters
         self.unavailable: str | None = None  # set once (never retried); the runner then runs eager
@@ -162,7 +166,8 @@ class SpecStepGraphs:
                 return None
             self._verifies[bucket] = entry
         self._stage(entry.staged, [0] * n, seq_ids, positions)
-        self._stage_meta(entry, segments)
+        if self.device_verdicts:
+            self._stage_meta(entry, segments)
         entry.staged.static.token_ids[:n].copy_(token_ids, non_blocking=True)
         if entry.graph is not None:
             entry.graph.replay()
@@ -179,6 +184,8 @@ class SpecStepGraphs:
     def finish_on_device(self) -> None:
         """Roll back / commit the last verify by the rejected rows its graph computed (every request
         greedy): nothing to copy from the host, so it is queued before the host reads the tokens."""
+        if not self.device_verdicts:
+            raise RuntimeError("SpecStepGraphs.finish_on_device: built without device_verdicts")
         entry, self._last = self._last, None
         self._verified = entry
         if entry.post_graph is not None:
@@ -244,6 +251,8 @@ class SpecStepGraphs:
         logits, aux = self.model.decode_forward_with_aux(static, self.state, self.geometry, self.aux_layer_ids,
                                                          addresses=addresses)
         choice = torch.argmax(logits, dim=-1)
+        if not self.device_verdicts:
+            return logits, aux, choice
         # greedy verification on the device: a draft row matches when its token is the target's
         # argmax of the row before; a row is rejected once any row of its request up to it does not
         # (a padding row is its own request's first row: never rejected, and it has no slots)
