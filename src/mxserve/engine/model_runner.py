@@ -9,7 +9,7 @@ runs in, nor on a preemption that recomputes it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -199,26 +199,32 @@ class ModelRunner:
     def _read_past_lookahead(self, packed: torch.Tensor, step: SchedulerOutput, token_ids: torch.Tensor,
                              sampling: Mapping[str, RequestSampling]) -> list[int]:
         """`packed`'s values, with the next decode step launched behind them when it can be
-        predicted (`mxserve.engine.decode_lookahead`): the values are copied to pinned memory and
-        an event recorded first, so reading them waits for this step only, not for the next."""
-        cuda = self.device.type == "cuda"
-        if cuda:
-            host = self._token_host
-            if host is None or host.numel() < packed.numel():
-                host = self._token_host = torch.empty(max(packed.numel(), 512), dtype=torch.int64, pin_memory=True)
-            host = host[: packed.numel()]
-            host.copy_(packed, non_blocking=True)
-            copied = torch.cuda.Event()
-            copied.record()
-        self._ahead = self._launch_lookahead(step, token_ids, sampling)
-        if not cuda:
-            values = packed.tolist()
-        else:
-            copied.synchronize()
-            values = host.tolist()
+        predicted (`mxserve.engine.decode_lookahead`): reading them waits for this step only."""
+
+        def launch() -> None:
+            self._ahead = self._launch_lookahead(step, token_ids, sampling)
+
+        values = self._read_behind(packed, launch)
         if self._ahead is not None:
             self._ahead.token_ids = tuple(values[:-1])
         return values
+
+    def _read_behind(self, values: torch.Tensor, queue: Callable[[], None]) -> list[int]:
+        """values.tolist(), with `queue()`'s device work enqueued after the values' copy to pinned
+        memory and an event, before the host waits (CUDA): the read does not wait for that work."""
+        if self.device.type != "cuda":
+            queue()
+            return values.tolist()
+        host = self._token_host
+        if host is None or host.numel() < values.numel():
+            host = self._token_host = torch.empty(max(values.numel(), 512), dtype=torch.int64, pin_memory=True)
+        host = host[: values.numel()]
+        host.copy_(values, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+        queue()
+        copied.synchronize()
+        return host.tolist()
 
     def _launch_lookahead(self, step: SchedulerOutput, token_ids: torch.Tensor,
                           sampling: Mapping[str, RequestSampling]) -> Lookahead | None:

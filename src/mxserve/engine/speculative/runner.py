@@ -308,23 +308,6 @@ class SpeculativeModelRunner(ModelRunner):
         result.runner_output = RunnerOutput(outputs)
         return result
 
-    def _read_behind(self, values: torch.Tensor, queue: Callable[[], None]) -> list[int]:
-        """values.tolist(), with `queue()`'s device work enqueued after the values' copy to pinned
-        memory and before the host waits for it (CUDA): the read does not wait for that work."""
-        if self.device.type != "cuda":
-            queue()
-            return values.tolist()
-        host = self._token_host
-        if host is None or host.numel() < values.numel():
-            host = self._token_host = torch.empty(max(values.numel(), 512), dtype=torch.int64, pin_memory=True)
-        host = host[: values.numel()]
-        host.copy_(values, non_blocking=True)
-        copied = torch.cuda.Event()
-        copied.record()
-        queue()
-        copied.synchronize()
-        return host.tolist()
-
     def _why_not_graphed(self, graphs: SpecStepGraphs, chunks: Sequence[ScheduledChunk],
                          sampling: Mapping[str, RequestSampling]) -> str | None:
         if graphs.unavailable is not None:
