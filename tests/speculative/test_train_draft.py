@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mxserve import default_model_path
+from mxserve import LLM, SamplingParams, default_model_path
 from mxserve.model.checkpoint import CheckpointReader, to_full_precision
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.dspark import DraftWindows, DSparkDraft
@@ -26,7 +26,7 @@ TOOLS = Path(__file__).resolve().parents[2] / "tools" / "dspark"
 def tools():
     sys.path.insert(0, str(TOOLS))
     try:
-        yield {name: importlib.import_module(name) for name in ("draft_torch", "target_features", "train_draft")}
+        yield {name: importlib.import_module(name) for name in ("draft_torch", "self_data", "target_features", "train_draft")}
     finally:
         sys.path.remove(str(TOOLS))
 
@@ -119,3 +119,21 @@ def test_train_a_few_steps_on_the_default_model(tools, tmp_path):
     assert spec_run["identical_to_plain"] is True, spec_run
     assert spec_run["num_draft_tokens"] > 0 and spec_run["mean_acceptance_length"] >= 1.0
     assert (out.parent / "drafted-train" / "summary.json").is_file()
+
+
+def test_self_windows_are_replayable_and_greedy_where_they_say(tools):
+    """Self-distillation data: seeded (same seed, same windows; another seed, other windows), each
+    window starts with BOS, and the greedy share really is the target's greedy continuation (its
+    last token is the argmax after the rest)."""
+    llm = LLM(device="cpu", progress=False)
+    bos = llm.engine.tokenizer.bos_token_id
+    make = tools["self_data"].self_windows
+    a = make(llm, 4, 12, bos, seed=1, prefix=(2, 6))
+    assert a.shape == (4, 12) and (a[:, 0] == bos).all()
+    assert torch.equal(a, make(llm, 4, 12, bos, seed=1, prefix=(2, 6)))
+    assert not torch.equal(a[:2], make(llm, 4, 12, bos, seed=2, prefix=(2, 6))[:2])
+    greedy = SamplingParams(max_tokens=1, temperature=0)
+    for row in a[2:].tolist():
+        assert llm.generate([row[:-1]], greedy)[0].outputs[0].token_ids[0] == row[-1]
+    with pytest.raises(ValueError, match="greedy_share"):
+        make(llm, 4, 12, bos, seed=1, greedy_share=1.5)

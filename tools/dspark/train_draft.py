@@ -1,8 +1,10 @@
 """Train DSpark draft stages for a plain DeepSeek-V4 release checkpoint (issue 13, deliverable 4).
 
-    PYTHONPATH=src python tools/dspark/train_draft.py --model DIR --data DIR --out DIR \
+    PYTHONPATH=src python tools/dspark/train_draft.py --model DIR [--data DIR] --out DIR \
         --time-budget-s 240 [--device cuda] [--block-size K]
 
+0. Data: windows of a corpus (--data, prepare_corpus.py's split) or, without --data, windows the
+   target writes itself (`self_data.py`: sampled and greedy continuations; no corpus needed).
 1. Target side (`target_features.py`): mxserve's own model runs every data window as a prefill
    through `forward_with_aux`, the call the engine makes at inference, giving the hc-mean hiddens
    of `dspark_target_layer_ids` (default: the last three layers, as the release's 40/41/42 of 43)
@@ -42,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from draft_torch import TrainableDraft
 from export_draft import with_dspark, write_draft_checkpoint
+from self_data import self_windows
 from target_features import target_features
 
 from mxserve import LLM, SamplingParams
@@ -53,12 +56,19 @@ from mxserve.model.checkpoint import CheckpointReader, to_full_precision
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, required=True, help="plain release checkpoint (the target)")
-    p.add_argument("--data", type=Path, required=True, help="folder with train.txt and heldout.txt")
+    p.add_argument("--data", type=Path, default=None,
+                   help="folder with train.txt and heldout.txt (prepare_corpus.py); omitted: the target "
+                        "writes its own windows (self_data.py)")
+    p.add_argument("--self-windows", type=int, default=1024, help="without --data: train windows to generate")
+    p.add_argument("--self-greedy-share", type=float, default=0.5,
+                   help="without --data: share of greedy continuations among the generated windows")
     p.add_argument("--out", type=Path, required=True, help="output checkpoint folder (0731 layout)")
     p.add_argument("--time-budget-s", type=float, default=240.0, help="wall clock for features + training")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--block-size", type=int, default=5, help="dspark_block_size written to config.json")
     p.add_argument("--train-block-sizes", default="3,5,7", help="K cycled over training steps")
+    p.add_argument("--init-from-draft", action="store_true",
+                   help="start from the draft --model already carries (mtp.*) instead of its last layers")
     p.add_argument("--markov-rank", type=int, default=64)
     p.add_argument("--noise-token", default="<｜read_url｜>", help="token (or id) used as the block's noise token")
     p.add_argument("--target-layers", default="", help="comma list; default the last three layers")
@@ -120,6 +130,17 @@ def warm_start(reader: CheckpointReader, spec: DSparkConfig) -> dict[str, torch.
     last = f"mtp.{spec.num_stages - 1}."
     for name in ("norm.weight", "hc_head_fn", "hc_head_base", "hc_head_scale"):
         out[last + name] = reader.load_tensor(name).float()
+    return out
+
+
+def shipped_draft(reader: CheckpointReader) -> dict[str, torch.Tensor]:
+    """Every `mtp.*` tensor of a checkpoint that already carries a draft (release names → fp32), to
+    continue training it; the quantized ones are widened exactly."""
+    if reader.config.dspark is None:
+        raise SystemExit(f"--init-from-draft: {reader.path} carries no DSpark draft (no dspark_* keys)")
+    out = {f"{prefix}.weight": to_full_precision(reader.load_linear(prefix), torch.float32)
+           for prefix in reader.inventory.linears if prefix.startswith("mtp.")}
+    out |= {name: reader.load_tensor(name).float() for name in reader.inventory.tensors if name.startswith("mtp.")}
     return out
 
 
@@ -215,14 +236,30 @@ def main(argv: list[str] | None = None) -> dict:
         raise ValueError(f"--train-block-sizes {train_ks} need --seq-len > {max(train_ks) + 1}")
 
     # 1. target features
-    llm = LLM(str(args.model), device=args.device, progress=False)
+    # 1 GiB of caches is plenty for this model; without a size the engine takes 90% of free GPU memory,
+    # which the feature pass and the training then lack
+    llm = LLM(str(args.model), device=args.device, progress=False,
+              kv_cache_memory=1 << 30 if args.device.startswith("cuda") else None)
     model = llm.engine.model
     dev = model.embed.device
-    train_stream = token_stream(tok, (args.data / "train.txt").read_text(encoding="utf-8"))
-    held_stream = token_stream(tok, (args.data / "heldout.txt").read_text(encoding="utf-8"))
-    held_windows = make_windows(held_stream, args.heldout_windows, args.seq_len, tok.bos_token_id, gen)
+    if args.data is not None:
+        train_stream = token_stream(tok, (args.data / "train.txt").read_text(encoding="utf-8"))
+        held_stream = token_stream(tok, (args.data / "heldout.txt").read_text(encoding="utf-8"))
+        held_windows = make_windows(held_stream, args.heldout_windows, args.seq_len, tok.bos_token_id, gen)
+        train_windows = make_windows(train_stream, args.max_train_windows, args.seq_len, tok.bos_token_id, gen)
+    else:  # self-distillation: disjoint seeds for the held-out windows; final prompts from real held-out text
+        sample = args.model / "heldout_sample.txt"
+        if not sample.is_file():
+            raise SystemExit(f"--data omitted: the final prompts need {sample} (or pass --data)")
+        held_stream = token_stream(tok, sample.read_text(encoding="utf-8"))
+        t_gen = time.monotonic()
+        held_windows = self_windows(llm, args.heldout_windows, args.seq_len, tok.bos_token_id, seed=args.seed + 7919,
+                                    greedy_share=args.self_greedy_share)
+        train_windows = self_windows(llm, min(args.self_windows, args.max_train_windows), args.seq_len,
+                                     tok.bos_token_id, seed=args.seed, greedy_share=args.self_greedy_share)
+        print(f"self data: {train_windows.shape[0]} + {held_windows.shape[0]} held-out windows generated by the target "
+              f"in {time.monotonic() - t_gen:.1f}s", flush=True)
     held_aux, held_greedy = target_features(model, held_windows, layers, batch_windows=args.feature_batch)
-    train_windows = make_windows(train_stream, args.max_train_windows, args.seq_len, tok.bos_token_id, gen)
     deadline = t_start + args.feature_share * args.time_budget_s
     aux, greedy = target_features(model, train_windows, layers, batch_windows=args.feature_batch, deadline=deadline)
     train_windows = train_windows[: aux.shape[0]].to(dev)
@@ -236,7 +273,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     # 2. draft training
     draft = TrainableDraft(config, embed, head).to(dev)
-    draft.init_weights(args.seed, warm_start(reader, spec))
+    draft.init_weights(args.seed, shipped_draft(reader) if args.init_from_draft else warm_start(reader, spec))
     opt = torch.optim.AdamW(draft.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
     work_dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     out_log = args.out.parent / f"{args.out.name}-train"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Session 10 call 2: retrain the packaged DSpark draft on windows the target writes itself
+# (tools/dspark/self_data.py; the KJV corpus is not on this machine), ship it into the device's copy of
+# src/mxserve/default_model, and measure it through the engine in the same call.
+# Session 3's draft: 224 corpus windows, 115 s of training, mean acceptance length 1.94 at K >= 3, held-out
+# proxy 1.62 (K = 5). Training continues from that draft (--init-from-draft). Prediction: 2048 self windows (1024 sampled, 1024 greedy continuations) and ~250 s of
+# training give held-out proxy >= 2.2 and real acceptance >= 2.4 at K = 3 (the benchmark's prompts are
+# greedy continuations, the contexts the new data imitates), so K = 3 ~1.15-1.3x plain (step ~2.0 plain steps).
+#   run(command="bash benchmarks/gpu_s10_call2.sh", carry=[".tc"])
+source benchmarks/gpu_s5_env.sh
+stamp "train the draft on self data"
+timeout 400 python3 tools/dspark/train_draft.py --model src/mxserve/default_model --self-windows "${SELF_WINDOWS:-2048}" \
+    --out /tmp/dspark/default_model_dspark --time-budget-s "${BUDGET:-330}" --device cuda \
+    --seq-len 256 --batch 16 --anchors 32 --feature-batch 32 --log-every 100 --eval-every-s 60 \
+    --feature-share 0.5 --init-from-draft --final-prompts 0 > "$R/train.log" 2>&1
+echo "exit $?"; grep -E "self data|features:|eval step|loss .* over" "$R/train.log" | cut -c1-200 | tail -n 14
+cp /tmp/dspark/default_model_dspark-train/summary.json /tmp/dspark/default_model_dspark-train/loss.csv "$R/" 2>/dev/null
+[ -f /tmp/dspark/default_model_dspark/config.json ] || { tail -n 20 "$R/train.log"; gpu_s5_pack; exit 1; }
+stamp "ship into the device's packaged model"
+python3 tools/dspark/ship_draft.py /tmp/dspark/default_model_dspark src/mxserve/default_model 2>&1 | tail -n 3
+tar -C src/mxserve/default_model -czf "$OUT/shipped_draft.tgz" model-dspark-draft.safetensors \
+    model.safetensors.index.json config.json mxserve-manifest.json
+stamp "spec_decode benchmark with the new draft, interleaved"
+timeout 120 python3 benchmarks/spec_decode.py --ks 3 5 7 --no-lookahead-ks 3 --eager-ks --prompts 4 --new-tokens 128 \
+    --repeats 3 --out "$R/spec.json" > "$R/spec.log" 2>&1; echo "exit $?"; tail -n 6 "$R/spec.log" | cut -c1-300
+gpu_s5_pack
