@@ -37,7 +37,7 @@ def self_windows(llm: LLM, num: int, seq_len: int, bos: int, *, seed: int, greed
         prompts = [[bos, *sampled[i][:n]] for i, n in enumerate(lengths)]
         params = [SamplingParams(max_tokens=seq_len - len(p), temperature=0, ignore_eos=True) for p in prompts]
         outs = llm.generate(prompts, params)
-        windows += [p + list(o.outputs[0].token_ids) for p, o in zip(prompts, outs)]
+        windows += [p + list(o.outputs[0].token_ids) for p, o in zip(prompts, outs, strict=True)]
     out = torch.tensor(windows, dtype=torch.int64)
     assert out.shape == (num, seq_len), out.shape
     return out

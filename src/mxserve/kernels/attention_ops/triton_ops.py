@@ -7,8 +7,6 @@ requires it; the model reaches it only through a KernelSet built by the attentio
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 
@@ -17,6 +15,7 @@ from mxserve.kernels.attention_ops._norm_rope_kernels import _head_norm_rope_ker
 from mxserve.kernels.attention_ops.cache_args import EntryMode, cache_args
 from mxserve.kernels.cache import CompressorStateCache, PagedCache
 from mxserve.kernels.cache._bytes import check_unique_slots
+from mxserve.kernels.triton_switch import interpreting
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16)
 
@@ -24,10 +23,6 @@ _FLOAT_DTYPES = (torch.float32, torch.bfloat16)
 # per thread of 4 warps for each of the value and logit tiles)
 POOL_CHUNK_ROWS = 16
 POOL_BLOCK_C = 64
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def _launch_opts() -> dict:

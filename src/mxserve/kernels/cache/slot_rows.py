@@ -23,23 +23,18 @@ default model's graphed speculative step. MXSERVE_TORCH_SLOT_ROWS=1 keeps the to
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
 from mxserve.kernels.cache.page_layout import INVALID_SLOT
 from mxserve.kernels.cache.paged_cache import PagedCache
+from mxserve.kernels.triton_switch import small_kernel_on
 
 _PIECE = 1024  # bytes of a row one program moves
 
 
 def use_triton(slots: torch.Tensor) -> bool:
-    if os.environ.get("MXSERVE_TORCH_SLOT_ROWS") == "1":
-        return False
-    interpreting = os.environ.get("TRITON_INTERPRET", "0") == "1"
-    if slots.is_cuda:
-        return not interpreting
-    return interpreting and os.environ.get("MXSERVE_TRITON_SLOT_ROWS") == "1"
+    return small_kernel_on(slots, "SLOT_ROWS")
 
 
 class SlotRows:

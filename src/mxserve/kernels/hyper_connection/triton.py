@@ -50,6 +50,7 @@ from mxserve.kernels.hyper_connection.side_stream import (
     side_stream_enabled,
     side_stream_fork,
 )
+from mxserve.kernels.triton_switch import interpreting
 
 STREAM_DTYPES = (torch.float32, torch.bfloat16)
 
@@ -100,10 +101,6 @@ def launch_constexprs(hc: int, dim: int, num_mixes: int, *, interpreter: bool, o
         "post": dict(HC=hc, HC_PAD=hc_pad, BLOCK_D=block_d, PREFETCH=prefetch, PDL=pdl),
     }
 # -------------------------------------------------------------------------------------------------
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def old_kernels() -> bool:

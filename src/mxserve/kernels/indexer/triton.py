@@ -10,17 +10,12 @@ fp32 [T, N]. The per-row form changes only where a program reads its slots, not 
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 
 from mxserve.kernels.attention_ops.cache_args import EntryMode, cache_args
 from mxserve.kernels.indexer._indexer_kernel import _indexer_scores_kernel
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+from mxserve.kernels.triton_switch import interpreting
 
 
 def indexer_scores_cache_triton(q: torch.Tensor, head_weights: torch.Tensor, key_cache, key_slots: torch.Tensor) -> torch.Tensor:

@@ -83,6 +83,7 @@ from mxserve.kernels.linear_fp8_block.reference import (
     BLOCK_K,
     check_fp8_block_weight,
 )
+from mxserve.kernels.triton_switch import interpreting
 
 DECODE_MAX_M = 16  # rows up to which the decode launch (16-token tile, split-K grid) runs on large layers
 # the env switch that sets the bound for every layer (`decode_max_m`): up to 64 rows as cdiv(M, 16) row
@@ -227,10 +228,6 @@ def decode_max_m(n: int, k: int) -> int:
         raise ValueError(f"linear_fp8_block: {DECODE_MAX_M_ENV}={raw!r} must be an integer in "
                          f"{DECODE_MAX_M}..{DECODE_MAX_M_LIMIT}")
     return value
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def has_fp8_tensor_cores(device: torch.device) -> bool:

@@ -8,8 +8,6 @@ TRITON_INTERPRET=1 (CI).
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 
@@ -18,6 +16,7 @@ from mxserve.kernels.moe._router_kernel import (
     _gate_partials_kernel,
     _route_select_kernel,
 )
+from mxserve.kernels.triton_switch import interpreting
 
 _X_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_EXPERTS = 1024  # one token's scores live in one program's registers
@@ -32,10 +31,6 @@ GATE_NUM_WARPS = 4  # 150 registers (Triton 3.6), 176 (3.9), no spills: 2-3 prog
 LOGITS_BLOCK_T, LOGITS_BLOCK_E = 4, 128  # the partials → fp32 logits sum (element-wise: any tile)
 MAX_TOKENS_PER_PASS = 1024  # bounds the fp64 partials: splits x 1024 x E x 8 bytes (32 MiB at Flash)
 # ----------------------------------------------------------------------------------------------------
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def check_device(t: torch.Tensor, op: str) -> None:

@@ -8,22 +8,17 @@ switch); MXSERVE_TRITON_PAGED_SLOTS=1 runs the kernel under TRITON_INTERPRET=1 o
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 import torch
 
 from mxserve.kernels.paged_slots.reference import paged_slots_ref
 from mxserve.kernels.paged_slots.step_maps_ref import StepMaps, StepMapSpec, step_slot_maps_ref
+from mxserve.kernels.triton_switch import small_kernel_on
 
 
 def use_triton(indices: torch.Tensor) -> bool:
-    if os.environ.get("MXSERVE_TORCH_PAGED_SLOTS") == "1":
-        return False
-    interpreting = os.environ.get("TRITON_INTERPRET", "0") == "1"
-    if indices.is_cuda:
-        return not interpreting
-    return interpreting and os.environ.get("MXSERVE_TRITON_PAGED_SLOTS") == "1"
+    return small_kernel_on(indices, "PAGED_SLOTS")
 
 
 def paged_slots(tables: torch.Tensor, indices: torch.Tensor, block_size: int) -> torch.Tensor:

@@ -44,12 +44,9 @@ from mxserve.kernels.sparse_attention._sparse_attention_kernel import (
     _sparse_attention_kernel,
 )
 from mxserve.kernels.sparse_attention.reference import sparse_attention_ref
+from mxserve.kernels.triton_switch import interpreting
 
 HALVES_ENV = "MXSERVE_SPARSE_ATTENTION_HALVES"  # "1": "halves" where eligible (opt-in: slower on the H200)
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def sparse_attention_triton(
