@@ -85,6 +85,52 @@ def test_preemption_with_speculation_gives_identical_tokens(tiny_0731):
     assert tight.engine.spec_decode_stats.num_accepted_tokens > 0
 
 
+def test_draft_lookahead_across_page_boundaries_stages_what_a_fresh_draft_would(tiny_0731, monkeypatch):
+    """Long greedy outputs over 16-token pages. A step that takes the draft launched ahead must have
+    run it on exactly the inputs a freshly staged draft would get: anchors, positions and the
+    window slots it reads, including pages the request gained since the draft was last staged. (H200, session 10: stale tables cut the mean acceptance length from 1.94 to 1.55 while
+    staying lossless; the tiny random draft accepts too rarely for acceptance counts to show it.)"""
+    from mxserve.engine.speculative.step_graphs import SpecStepGraphs
+    from mxserve.kernels.paged_slots import paged_slots
+    from mxserve.model.decode_batch import DecodeBatch, build_decode_batch
+    from mxserve.model.kv_state import Pool
+
+    checked = []
+    take = SpecStepGraphs.draft_tokens
+
+    def checking(self, anchors, seq_ids, anchor_positions):
+        expected = self._expected
+        block = take(self, anchors, seq_ids, anchor_positions)
+        if expected is not None and self._last_draft[0] is expected[3]:  # the ahead draft was taken
+            n, static = len(anchors), expected[3].staged.static
+            fresh = DecodeBatch.empty(static.num_rows, self.geometry)
+            build_decode_batch(list(anchors), list(seq_ids), list(anchor_positions), self.state, self.geometry,
+                               num_rows=static.num_rows, out=fresh)
+            assert torch.equal(static.token_ids[:n], fresh.token_ids[:n])
+            assert torch.equal(static.positions[:n], fresh.positions[:n])
+            # the window slots the draft reads (positions q − W … q − 1); later pages may still be
+            # missing (the next schedule adds them), and the draft never reads them
+            back = static.positions[:n, None] + torch.arange(-self.draft.config.sliding_window, 0)
+            window = Pool.WINDOW
+            assert torch.equal(paged_slots(static.block_tables[window][:n], back, self.geometry.block_size),
+                               paged_slots(fresh.block_tables[window][:n], back, self.geometry.block_size))
+            checked.append(int(static.positions[:n].max()))
+        return block
+
+    monkeypatch.setattr(SpecStepGraphs, "draft_tokens", checking)
+    monkeypatch.setenv("MXSERVE_SPEC_LOOKAHEAD", "1")
+    monkeypatch.setenv("MXSERVE_SPEC_GRAPHS", "1")
+    prompts = random_prompts(3, 499, seed=5, min_len=5, max_len=12)
+    params = SamplingParams(max_tokens=40, **GREEDY)
+    want = [o.outputs[0].token_ids for o in LLM(str(tiny_0731), max_model_len=64, block_size=16, progress=False)
+            .generate(prompts, params)]
+    spec = LLM(str(tiny_0731), max_model_len=64, block_size=16, max_num_seqs=4, progress=False,
+               speculative_config='{"method": "dspark", "num_speculative_tokens": 3}')
+    assert [o.outputs[0].token_ids for o in spec.generate(prompts, params)] == want
+    assert spec.engine.runner.step_graphs.num_ahead_used == len(checked) > 10
+    assert max(checked) > 32  # the ahead drafts reached a third page
+
+
 @pytest.mark.parametrize("graphed,device_mask", [("0", "0"), ("1", "0"), ("1", "1")],
                          ids=["eager-step", "graphed-step", "graphed-step-device-rejected-rows"])
 def test_rejected_drafts_leave_every_cache_byte_identical(tiny_0731, graphed, device_mask, monkeypatch):

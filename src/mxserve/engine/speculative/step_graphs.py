@@ -196,7 +196,8 @@ class SpecStepGraphs:
     def draft_ahead(self) -> None:
         """Launch the next step's draft for the last verify's requests (after `finish_on_device`):
         anchor = the target's argmax after each request's accepted drafts, at position q + accepted
-        + 1, the other inputs (tables) unchanged. `expect_ahead` then names what the host predicts."""
+        + 1, each request's page tables as the verify staged them. `expect_ahead` then names what
+        the host predicts."""
         verified, (entry, n) = self._verified, self._last_draft
         rows = verified.staged.static.num_rows
         meta = verified.meta
@@ -206,6 +207,11 @@ class SpecStepGraphs:
         static = entry.staged.static
         static.token_ids[:n] = verified.choice[meta[2, :n] + accepted[:n]]
         static.positions[:n] += accepted[:n] + 1
+        # the tables: the draft's own were staged when it last ran from the host, maybe several
+        # steps ago; a request may have gained pages since (the verify reserved q … q + K). The
+        # verify's rows hold every request's current tables, first row per request = meta[2].
+        for pool, table in static.block_tables.items():
+            table[:n] = verified.staged.static.block_tables[pool][meta[2, :n]]
         self._replay_draft(entry)
         self._ahead = entry
 
