@@ -137,3 +137,19 @@ def test_self_windows_are_replayable_and_greedy_where_they_say(tools):
         assert llm.generate([row[:-1]], greedy)[0].outputs[0].token_ids[0] == row[-1]
     with pytest.raises(ValueError, match="greedy_share"):
         make(llm, 4, 12, bos, seed=1, greedy_share=1.5)
+
+
+def test_self_data_training_without_a_corpus(tools, tmp_path):
+    """No --data: the target writes its train and held-out windows itself, the budget starts after
+    that, and the result is a valid 0731 checkpoint that records how long each part took."""
+    out = tmp_path / "self_drafted"
+    summary = tools["train_draft"].main([
+        "--model", str(default_model_path()), "--out", str(out), "--device", "cpu", "--self-windows", "4",
+        "--time-budget-s", "600", "--max-steps", "4", "--seq-len", "24", "--heldout-windows", "2",
+        "--feature-batch", "4", "--batch", "4", "--anchors", "8", "--train-block-sizes", "3", "--block-size", "3",
+        "--final-prompts", "0", "--eval-every-s", "1e9", "--init-from-draft",
+    ])
+    assert summary["steps"] == 4 and summary["train_windows"] == 4 and summary["data_s"] > 0
+    CheckpointReader(out).validate()
+    # --init-from-draft started from the packaged draft: its first held-out proxy beats a fresh start's 1.0
+    assert summary["evals"][0]["heldout_accept_proxy"] > 1.0
