@@ -22,13 +22,9 @@ and warm-up cannot disturb a cache), after a sync probe as `DecodeGraphs` does; 
 makes the graphs unavailable with the reason, and the runner goes back to the eager step.
 `capture=False` runs the same static-buffer functions without graphs (the CPU tests).
 
-**The draft lookahead** (`MXSERVE_SPEC_LOOKAHEAD=1`; off by default, measured no faster on the H200): when every
-request is greedy, the verify graph also computes the rejected rows on the device (a row is
-rejected once a draft before or at it differs from the target's argmax of the row before), so the
-post graph and the NEXT step's draft (anchor = the target's token after the accepted drafts, at
-position q + accepted + 1) are launched before the host reads the step's tokens. The host's own
-verification must give the same rejected rows (a RuntimeError otherwise); the next step uses the
-launched draft only when its requests, anchors and positions are exactly the predicted ones.
+**The draft lookahead** (`draft_lookahead.py`, off by default): with `device_verdicts`, the verify graph
+also computes the greedy rejected rows, so the post graph and the next draft can be queued before
+the host reads the step's tokens.
 """
 
 from __future__ import annotations
@@ -41,6 +37,7 @@ import numpy as np
 import torch
 
 from mxserve.engine.cuda_graphs import BUCKETS, bucket_for, mxserve_frame
+from mxserve.engine.speculative.draft_lookahead import DraftLookahead
 from mxserve.engine.speculative.row_snapshot import RowSnapshot
 from mxserve.model.decode_addresses import DecodeAddresses
 from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry, build_decode_batch
@@ -110,10 +107,8 @@ class SpecStepGraphs:
         self._verifies: dict[int, _VerifyEntry] = {}
         self._last: _VerifyEntry | None = None  # the verify whose rollback/commit is pending
         self._last_draft: tuple[_DraftEntry, int] | None = None  # the last draft's entry and request count
-        self._ahead: _DraftEntry | None = None  # a draft launched ahead, until `expect_ahead` names it
-        self._expected: tuple[tuple, tuple, tuple, _DraftEntry] | None = None  # (ids, anchors, positions)
         self._verified: _VerifyEntry | None = None  # the verify `finish_on_device` finished
-        self.num_ahead_used = 0  # steps that took the draft launched ahead (evidence)
+        self.lookahead = DraftLookahead()
         self._mempool = None
 
     def fits(self, num_requests: int, num_rows: int) -> bool:
@@ -127,11 +122,10 @@ class SpecStepGraphs:
         if self.unavailable is not None:
             return None
         n = len(anchors)
-        expected, self._expected = self._expected, None
-        if expected is not None and expected[:3] == (tuple(seq_ids), tuple(anchors), tuple(anchor_positions)):
-            self.num_ahead_used += 1
-            self._last_draft = (expected[3], n)
-            return expected[3].block_tokens[:n]
+        ahead = self.lookahead.take(seq_ids, anchors, anchor_positions)
+        if ahead is not None:
+            self._last_draft = (ahead, n)
+            return ahead.block_tokens[:n]
         bucket = bucket_for(n, self.buckets)
         entry = self._drafts.get(bucket)
         if entry is None:
@@ -194,33 +188,18 @@ class SpecStepGraphs:
             self._post_fn(entry)
 
     def draft_ahead(self) -> None:
-        """Launch the next step's draft for the last verify's requests (after `finish_on_device`):
-        anchor = the target's argmax after each request's accepted drafts, at position q + accepted
-        + 1, each request's page tables as the verify staged them. `expect_ahead` then names what
-        the host predicts."""
-        verified, (entry, n) = self._verified, self._last_draft
-        rows = verified.staged.static.num_rows
-        meta = verified.meta
-        is_draft = meta[0] != torch.arange(rows, device=meta.device)
-        accepted = torch.zeros(rows, dtype=torch.int64, device=meta.device)
-        accepted.index_add_(0, meta[1], (is_draft & ~verified.rejected).to(torch.int64))
-        static = entry.staged.static
-        static.token_ids[:n] = verified.choice[meta[2, :n] + accepted[:n]]
-        static.positions[:n] += accepted[:n] + 1
-        # the tables: the draft's own were staged when it last ran from the host, maybe several
-        # steps ago; a request may have gained pages since (the verify reserved q … q + K). The
-        # verify's rows hold every request's current tables, first row per request = meta[2].
-        for pool, table in static.block_tables.items():
-            table[:n] = verified.staged.static.block_tables[pool][meta[2, :n]]
-        self._replay_draft(entry)
-        self._ahead = entry
+        """Launch the next step's draft for the last verify's requests (after `finish_on_device`;
+        `draft_lookahead.py`). `expect_ahead` then names what the host predicts."""
+        entry, n = self._last_draft
+        self.lookahead.launch(self._verified, entry, n, self._replay_draft)
 
     def expect_ahead(self, seq_ids: Sequence[Hashable], anchors: Sequence[int], positions: Sequence[int]) -> None:
-        """What the draft launched ahead was computed for (the host's verdicts): the next
-        `draft_tokens` with exactly these inputs takes it instead of staging and replaying."""
-        entry, self._ahead = self._ahead, None
-        if entry is not None:
-            self._expected = (tuple(seq_ids), tuple(anchors), tuple(positions), entry)
+        """The next `draft_tokens` with exactly these inputs takes the draft launched ahead."""
+        self.lookahead.expect(seq_ids, anchors, positions)
+
+    @property
+    def num_ahead_used(self) -> int:
+        return self.lookahead.num_used
 
     def finish(self, rejected: Sequence[bool]) -> None:
         """Roll back the last verify's `rejected` rows (one flag per row, in its row order) and write
