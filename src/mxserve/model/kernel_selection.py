@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
@@ -45,6 +44,7 @@ from mxserve.kernels.hyper_connection import (
 from mxserve.kernels.moe.chooser import MOE_BACKENDS, MoESpec, TritonMoE, choose_moe, moe_kernel_slots
 from mxserve.kernels.moe.experts import packed_or_none
 from mxserve.kernels.moe.reference import route_ref
+from mxserve.kernels.triton_switch import interpreting
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 
@@ -55,7 +55,7 @@ ATTENTION_BACKENDS = ("reference", "triton")
 
 def interpreter_allowed(platform: Platform) -> bool:
     """Forced Triton may run on the CPU only under the Triton interpreter (tests)."""
-    return platform.device_type == "cpu" and platform.has_triton and os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return platform.device_type == "cpu" and platform.has_triton and interpreting()
 
 
 def _with_allowance(choice: Choice, forced: str | None, candidate, spec, platform: Platform) -> Choice:

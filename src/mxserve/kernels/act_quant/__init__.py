@@ -13,12 +13,13 @@ import os
 import torch
 
 from mxserve.formats import fake_quant_fp8_pow2
+from mxserve.kernels.triton_switch import interpreting
 
 
 def _use_triton(x: torch.Tensor) -> bool:
     if os.environ.get("MXSERVE_DISABLE_TRITON_ACT_QUANT", "0") == "1":  # the off switch
         return False
-    return x.device.type == "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return x.device.type == "cuda" or interpreting()
 
 
 def quantize_fp8_block(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

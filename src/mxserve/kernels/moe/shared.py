@@ -13,7 +13,6 @@ benchmarks/gpu_s6_glue.sh); MXSERVE_TORCH_SHARED_SWIGLU=1 is the off switch (the
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +21,7 @@ from mxserve.formats import QuantizedWeight, WeightLayout
 from mxserve.kernels.linear import ResidentWeight
 from mxserve.kernels.linear_fp8_block import linear_fp8_block
 from mxserve.kernels.moe.reference import ExpertWeights
+from mxserve.kernels.triton_switch import interpreting, small_kernel_on
 
 
 def _fp8(w: object) -> QuantizedWeight:
@@ -58,12 +58,7 @@ def shared_swiglu_torch(g: torch.Tensor, u: torch.Tensor, limit: float, hidden_d
 def use_fused_swiglu(g: torch.Tensor) -> bool:
     """The one-launch SwiGLU on CUDA (off: MXSERVE_TORCH_SHARED_SWIGLU=1); on the CPU only under the
     interpreter when a test asks (MXSERVE_TRITON_SHARED_SWIGLU=1)."""
-    if os.environ.get("MXSERVE_TORCH_SHARED_SWIGLU") == "1":
-        return False
-    interpreting = os.environ.get("TRITON_INTERPRET", "0") == "1"
-    if g.is_cuda:
-        return not interpreting and _triton_keeps_subnormals()
-    return interpreting and os.environ.get("MXSERVE_TRITON_SHARED_SWIGLU") == "1"
+    return small_kernel_on(g, "SHARED_SWIGLU") and (not g.is_cuda or _triton_keeps_subnormals())
 
 
 @functools.cache
@@ -91,9 +86,9 @@ def shared_swiglu(g: torch.Tensor, u: torch.Tensor, limit: float, hidden_dtype: 
     if g.numel():
         # --- launch parameters: elementwise, 1024 values a program ---------------------------------
         block = 1024
-        interpreting = os.environ.get("TRITON_INTERPRET", "0") == "1"
+        interpret = interpreting()
         _shared_swiglu_kernel[(triton.cdiv(g.numel(), block),)](
             g, u, h, g.numel(), float(limit), OUT_BF16=hidden_dtype == torch.bfloat16,
-            USE_LIBDEVICE=not interpreting, BLOCK=block, **({} if interpreting else {"enable_fp_fusion": False, "enable_reflect_ftz": False}),
+            USE_LIBDEVICE=not interpret, BLOCK=block, **({} if interpret else {"enable_fp_fusion": False, "enable_reflect_ftz": False}),
         )
     return h
