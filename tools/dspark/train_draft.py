@@ -50,6 +50,7 @@ from target_features import target_features
 from mxserve import LLM, SamplingParams
 from mxserve.config import DSparkConfig
 from mxserve.engine.tokenizer import Tokenizer
+from mxserve.kernels.chooser import OVERRIDES_ENV, parse_overrides_env
 from mxserve.model.checkpoint import CheckpointReader, to_full_precision
 
 
@@ -118,20 +119,23 @@ def make_windows(stream: torch.Tensor, num: int, seq_len: int, bos: int, gen: to
 
 
 # ---------------------------------------------------------------------- target → draft
+def fp32_tensors(reader: CheckpointReader, prefix: str) -> dict[str, torch.Tensor]:
+    """Every tensor under `prefix`, release names → fp32 (quantized linears widened exactly)."""
+    out = {f"{p}.weight": to_full_precision(reader.load_linear(p), torch.float32)
+           for p in reader.inventory.linears if p.startswith(prefix)}
+    out |= {name: reader.load_tensor(name).float() for name in reader.inventory.tensors if name.startswith(prefix)}
+    return out
+
+
 def warm_start(reader: CheckpointReader, spec: DSparkConfig) -> dict[str, torch.Tensor]:
-    """Stage s ← the target's layer n−S+s (attention and MoE shapes match; its compressor is
-    dropped), the last stage's HyperHead/norm ← the target's. Release names → fp32."""
-    cfg = reader.config
-    n, out = cfg.num_hidden_layers, {}
+    """Stage s ← the target's layer n−S+s (attention and MoE shapes match; its compressor, indexer
+    and hash table are dropped), the last stage's HyperHead/norm ← the target's. Release names → fp32."""
+    n, out = reader.config.num_hidden_layers, {}
     for s in range(spec.num_stages):
         src, dst = f"layers.{n - spec.num_stages + s}.", f"mtp.{s}."
-        for prefix in reader.inventory.linears:
-            if prefix.startswith(src) and ".compressor." not in prefix and ".indexer." not in prefix:
-                out[dst + prefix[len(src):] + ".weight"] = to_full_precision(reader.load_linear(prefix), torch.float32)
-        for name in reader.inventory.tensors:
-            if name.startswith(src) and ".compressor." not in name and ".indexer." not in name \
-                    and not name.endswith("tid2eid"):
-                out[dst + name[len(src):]] = reader.load_tensor(name).float()
+        for name, value in fp32_tensors(reader, src).items():
+            if ".compressor." not in name and ".indexer." not in name and not name.endswith("tid2eid"):
+                out[dst + name[len(src):]] = value
     last = f"mtp.{spec.num_stages - 1}."
     for name in ("norm.weight", "hc_head_fn", "hc_head_base", "hc_head_scale"):
         out[last + name] = reader.load_tensor(name).float()
@@ -139,14 +143,10 @@ def warm_start(reader: CheckpointReader, spec: DSparkConfig) -> dict[str, torch.
 
 
 def shipped_draft(reader: CheckpointReader) -> dict[str, torch.Tensor]:
-    """Every `mtp.*` tensor of a checkpoint that already carries a draft (release names → fp32), to
-    continue training it; the quantized ones are widened exactly."""
+    """Every `mtp.*` tensor of a checkpoint that already carries a draft, to continue training it."""
     if reader.config.dspark is None:
         raise SystemExit(f"--init-from-draft: {reader.path} carries no DSpark draft (no dspark_* keys)")
-    out = {f"{prefix}.weight": to_full_precision(reader.load_linear(prefix), torch.float32)
-           for prefix in reader.inventory.linears if prefix.startswith("mtp.")}
-    out |= {name: reader.load_tensor(name).float() for name in reader.inventory.tensors if name.startswith("mtp.")}
-    return out
+    return fp32_tensors(reader, "mtp.")
 
 
 def sample_anchors(num_windows: int, seq_len: int, k: int, per_window: int, gen: torch.Generator) -> torch.Tensor:
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> dict:
     kernels = args.kernels if args.kernels is not None else ("linear=triton,moe=triton,attention=triton,hc=triton"
                                                              if cuda else "")
     llm = LLM(str(args.model), device=args.device, progress=False, kv_cache_memory=1 << 30 if cuda else None,
-              max_model_len=args.max_model_len, kernel_overrides=dict(item.split("=", 1) for item in kernels.split(",") if item))
+              max_model_len=args.max_model_len, kernel_overrides=parse_overrides_env({OVERRIDES_ENV: kernels}))
     model = llm.engine.model
     dev = model.embed.device
     if args.data is not None:
