@@ -28,9 +28,7 @@ python3 tools/dspark/ship_draft.py /tmp/dspark/default_model_dspark src/mxserve/
 tar -C src/mxserve/default_model -czf "$OUT/shipped_draft.tgz" model-dspark-draft.safetensors \
     model.safetensors.index.json config.json mxserve-manifest.json
 stamp "GPU tests: graphed speculation (lookahead on and off), the new draft"
-timeout 60 python3 -m pytest -q -x tests/speculative/test_step_graphs_gpu.py > "$R/gpu_tests.log" 2>&1
-echo "exit $?"; tail -n 3 "$R/gpu_tests.log" | cut -c1-300
+spec_gpu_tests 60
 stamp "spec_decode benchmark with the new draft, interleaved"
-timeout 120 python3 benchmarks/spec_decode.py --ks 3 5 7 --no-lookahead-ks 3 --eager-ks --prompts 4 --new-tokens 128 \
-    --repeats 3 --out "$R/spec.json" > "$R/spec.log" 2>&1; echo "exit $?"; tail -n 6 "$R/spec.log" | cut -c1-300
+spec_bench 120 --ks 3 5 7 --no-lookahead-ks 3 --eager-ks
 gpu_s5_pack

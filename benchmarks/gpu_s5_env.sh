@@ -18,3 +18,16 @@ gpu_s5_pack() {
     tar -czf - .triton_cache | split -b 15m -d -a 1 - "$OUT/triton_cache.tgz."
     ls -la "$OUT"
 }
+
+# The speculative step's GPU gates and its interleaved benchmark (the session 9-10 call scripts):
+#   spec_gpu_tests SECONDS;  spec_bench SECONDS [spec_decode.py options]
+spec_gpu_tests() {
+    timeout "$1" python3 -m pytest -q -x tests/speculative/test_step_graphs_gpu.py > "$R/gpu_tests.log" 2>&1
+    echo "exit $?"; tail -n 3 "$R/gpu_tests.log" | cut -c1-300
+}
+spec_bench() {
+    local limit=$1; shift
+    timeout "$limit" python3 benchmarks/spec_decode.py --prompts 4 --new-tokens 128 --repeats 3 "$@" \
+        --out "$R/spec.json" > "$R/spec.log" 2>&1
+    echo "exit $?"; tail -n 6 "$R/spec.log" | cut -c1-300
+}

@@ -11,9 +11,7 @@ stamp "probe + profile"
 timeout 60 python3 benchmarks/spec_probe.py --profile 2>&1 | grep -v -i warn | tail -n 16 | cut -c1-400
 [ "${PIPESTATUS[0]}" = 0 ] || { gpu_s5_pack; exit 1; }
 stamp "GPU tests: graphed speculation (lookahead on)"
-timeout 50 python3 -m pytest -q -x tests/speculative/test_step_graphs_gpu.py > "$R/gpu_tests.log" 2>&1
-echo "exit $?"; tail -n 3 "$R/gpu_tests.log" | cut -c1-300
+spec_gpu_tests 50
 stamp "spec_decode benchmark, interleaved"
-timeout 80 python3 benchmarks/spec_decode.py --ks 3 5 7 --no-lookahead-ks 3 --eager-ks --prompts 4 --new-tokens 128 \
-    --repeats 3 --out "$R/spec.json" > "$R/spec.log" 2>&1; echo "exit $?"; tail -n 6 "$R/spec.log" | cut -c1-300
+spec_bench 80 --ks 3 5 7 --no-lookahead-ks 3 --eager-ks
 gpu_s5_pack
