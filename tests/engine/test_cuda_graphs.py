@@ -227,3 +227,22 @@ def test_gpu_decode_step_has_no_host_sync_all_triton():
     kernel: nothing inside the region a graph captures synchronises with the host. (The reference
     kernels do sync: see test_gpu_reference_kernels_refuse_capture_and_stay_correct.)"""
     _one_static_step_without_sync(kernel_overrides=ALL_TRITON)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_gpu_engine_whose_first_forward_is_a_decode_step_still_graphs():
+    """Prompts of one token make an engine's very first forward a decode step: its one-time lazy
+    work (expert stacking reads a scale range, the router's cached device scalar) syncs. The probe
+    must judge the steady state, not that first call: graphs replay, and the tokens equal eager.
+    (H200, 2026-12-03: before GraphCapturer's plain first call, every step of such an engine ran
+    eager, with moe/router.py or moe/experts.py named as the syncing frame.)"""
+    prompts = [[0], [0], [0]]
+    graphs = LLM(device="cuda", max_model_len=512, progress=False, kernel_overrides=ALL_TRITON)
+    got, _ = _greedy(graphs, prompts, 16)
+    dg = graphs.engine.runner.decode_graphs
+    assert dg is not None and dg.unavailable is None, f"graphs unavailable: {dict(graphs.engine.runner.eager_stats.counts)}"
+    assert dg.num_replays >= 15
+    eager = LLM(device="cuda", max_model_len=512, enforce_eager=True, progress=False, kernel_overrides=ALL_TRITON)
+    want, _ = _greedy(eager, prompts, 16)
+    assert got == want

@@ -12,10 +12,16 @@ bucket, captured on first use of that bucket (not at startup: a bucket the workl
 costs nothing), against static device buffers (`DecodeBatch`: tokens, positions, padded block
 tables) sized by the engine's `DecodeGeometry` (max_model_len). Each step the host fills pinned
 buffers (`build_decode_batch`, which validates what a device check would sync for), copies them
-into the static buffers without a synchronisation, and replays. Before the first capture, one
-warm-up runs under `torch.cuda.set_sync_debug_mode("error")`: if any op of the forward syncs with
-the host (a kernel's data-dependent validation, a `nonzero`, a pageable copy), capture is not
-attempted, the reason names the first syncing frame, and every decode step runs eager with it.
+into the static buffers without a synchronisation, and replays.
+
+`GraphCapturer` is how every graph here and in the speculative step is made: one plain call (lazy
+one-time work such as stacking experts or caching a device scalar may sync), one call under
+`torch.cuda.set_sync_debug_mode("error")` (a steady-state sync — a kernel's data-dependent
+validation, a `nonzero`, a pageable copy — makes the part unavailable, and the reason names the
+first syncing frame; every step then runs eager with it), warm-ups on a side stream, the capture.
+The plain first call matters: a 1-token prompt makes the very first forward of an engine a decode
+step, and probing that one refused graphs for the engine's whole life (H200, 2026-12-03: batch
+generation from BOS ran every step eager at ~1.5k tok/s).
 
 Status (honest, H200 2026-11-29): with every Triton kernel forced (`linear=triton,moe=triton,
 attention=triton`) the probe passes and steps replay: the default model's greedy 64 tokens equal
@@ -112,6 +118,50 @@ class EagerStats:
         self.counts[reason] += 1
 
 
+class GraphUnavailable(RuntimeError):
+    """A part that cannot be graphed: it syncs with the host in steady state, or its capture failed.
+    The message says which part, why, and the innermost mxserve frame."""
+
+
+class GraphCapturer:
+    """Probe, warm up and capture zero-argument static-shape functions on one device, every graph
+    in one shared memory pool (see the module docstring for why the probe is the second call)."""
+
+    def __init__(self, device: torch.device | str, *, warmup_iters: int = 2) -> None:
+        self.device = torch.device(device)
+        self.warmup_iters = warmup_iters
+        self._mempool = None
+
+    def capture(self, fn: Callable[[], object], part: str) -> tuple[torch.cuda.CUDAGraph, object]:
+        """(graph, the output buffers `fn` returned during capture); `part` names it in errors."""
+        fn()  # one-time lazy work may sync here; a steady-state call must not
+        previous = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            fn()
+        except RuntimeError as e:
+            raise GraphUnavailable(f"the {part} syncs with the host ({mxserve_frame(e)}): "
+                                   f"{str(e).splitlines()[0]}") from e
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+        try:
+            stream = torch.cuda.Stream(device=self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):  # allocations, Triton compiles and autotuning outside the graph
+                for _ in range(self.warmup_iters):
+                    fn()
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            if self._mempool is None:
+                self._mempool = torch.cuda.graph_pool_handle()
+            with torch.cuda.graph(graph, pool=self._mempool):
+                out = fn()
+        except RuntimeError as e:
+            raise GraphUnavailable(f"CUDA-graph capture of the {part} failed ({mxserve_frame(e)}): "
+                                   f"{str(e).splitlines()[0]}") from e
+        return graph, out
+
+
 class GraphPool:
     """Captured graphs of `fn(static_input) -> output` per bucket, for a capturable `fn`.
 
@@ -126,27 +176,20 @@ class GraphPool:
         self.pad_fill = pad_fill
         self.warmup_iters = warmup_iters
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
-        self._mempool = None
+        self._capturer: GraphCapturer | None = None
 
     def captured_buckets(self) -> tuple[int, ...]:
         return tuple(sorted(self._graphs))
 
     def capture(self, bucket: int, example: torch.Tensor) -> None:
-        """Capture `fn` on a static [bucket, ...] buffer shaped like `example`'s rows."""
+        """Capture `fn` on a static [bucket, ...] buffer shaped like `example`'s rows; raises
+        `GraphUnavailable` when `fn` syncs with the host or the capture fails."""
         if example.device.type != "cuda":
             raise ValueError(f"GraphPool.capture: needs a CUDA tensor, got {example.device}")
+        if self._capturer is None:
+            self._capturer = GraphCapturer(example.device, warmup_iters=self.warmup_iters)
         static_in = pad_to_bucket(example[:bucket], bucket, self.pad_fill).clone()
-        stream = torch.cuda.Stream(device=example.device)
-        stream.wait_stream(torch.cuda.current_stream(example.device))
-        with torch.cuda.stream(stream):  # warm up outside the graph (allocations, autotuning, lazy init)
-            for _ in range(self.warmup_iters):
-                self.fn(static_in)
-        torch.cuda.current_stream(example.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        if self._mempool is None:
-            self._mempool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self._mempool):
-            static_out = self.fn(static_in)
+        graph, static_out = self._capturer.capture(lambda: self.fn(static_in), "function")
         self._graphs[bucket] = (graph, static_in, static_out)
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
@@ -181,11 +224,10 @@ class DecodeGraphs:
         self.model, self.state, self.geometry, self.device = model, state, geometry, device
         self.capture = capture
         self.buckets = tuple(sorted(buckets))
-        self.warmup_iters = warmup_iters
         self.unavailable: str | None = None
         self.num_replays = 0
         self._graphs: dict[int, _DecodeGraph] = {}
-        self._mempool = None
+        self._capturer = GraphCapturer(device, warmup_iters=warmup_iters)
 
     def captured_buckets(self) -> tuple[int, ...]:
         return tuple(sorted(b for b, g in self._graphs.items() if g.graph is not None))
@@ -222,7 +264,7 @@ class DecodeGraphs:
         if fresh:
             # The probe and warm-ups run this step's real inputs: a decode step is idempotent (it writes
             # the same bytes to the same slots again), so the replay below is still this step.
-            self.unavailable = self._probe(entry.static) or self._capture(entry)
+            self.unavailable = self._capture(entry)
             if self.unavailable is not None:
                 return None
             self._graphs[bucket] = entry
@@ -250,34 +292,13 @@ class DecodeGraphs:
         self.num_replays += replays * rounds
         return seconds
 
-    def _probe(self, static: DecodeBatch) -> str | None:
-        """One eager decode step with host syncs made errors: None, or the reason with the frame."""
-        previous = torch.cuda.get_sync_debug_mode()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            self.model.decode_forward(static, self.state, self.geometry)
-        except RuntimeError as e:
-            return f"the decode forward syncs with the host ({mxserve_frame(e)}): {str(e).splitlines()[0]}"
-        finally:
-            torch.cuda.set_sync_debug_mode(previous)
-        return None
-
     def _capture(self, entry: _DecodeGraph) -> str | None:
+        """Capture `entry`'s bucket: None, or why the decode forward cannot be graphed."""
         try:
-            stream = torch.cuda.Stream(device=self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):  # allocations, Triton compiles and lazy init outside the graph
-                for _ in range(self.warmup_iters):
-                    self.model.decode_forward(entry.static, self.state, self.geometry)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            if self._mempool is None:
-                self._mempool = torch.cuda.graph_pool_handle()
-            with torch.cuda.graph(graph, pool=self._mempool):
-                entry.logits = self.model.decode_forward(entry.static, self.state, self.geometry)
-        except RuntimeError as e:
-            return f"CUDA-graph capture failed ({mxserve_frame(e)}): {str(e).splitlines()[0]}"
-        entry.graph = graph
+            entry.graph, entry.logits = self._capturer.capture(
+                lambda: self.model.decode_forward(entry.static, self.state, self.geometry), "decode forward")
+        except GraphUnavailable as e:
+            return str(e)
         logger.info("CUDA graphs: captured the decode forward for bucket %d (geometry: max_positions %d, "
                     "block size %d)", entry.static.num_rows, self.geometry.max_positions, self.geometry.block_size)
         return None

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mxserve.engine.cuda_graphs import BUCKETS, bucket_for, mxserve_frame
+from mxserve.engine.cuda_graphs import BUCKETS, GraphCapturer, GraphUnavailable, bucket_for
 from mxserve.engine.speculative.draft_lookahead import DraftLookahead
 from mxserve.engine.speculative.row_snapshot import RowSnapshot
 from mxserve.model.decode_addresses import DecodeAddresses
@@ -45,10 +45,6 @@ from mxserve.model.dspark import DraftWindows, DSparkDraft
 from mxserve.model.kv_state import ModelCacheState, Pool
 
 logger = logging.getLogger("mxserve.engine")
-
-
-class _Unavailable(Exception):
-    """Graphs cannot run: the message says why (a syncing op, a failed capture)."""
 
 
 @dataclass
@@ -100,7 +96,7 @@ class SpecStepGraphs:
         self.block_width = block_width
         self.device_verdicts = device_verdicts
         self.aux_layer_ids = tuple(aux_layer_ids)
-        self.capture, self.buckets, self.warmup_iters = capture, tuple(sorted(buckets)), warmup_iters
+        self.capture, self.buckets = capture, tuple(sorted(buckets))
         self.unavailable: str | None = None  # set once (never retried); the runner then runs eager
         self.num_steps = 0  # steps that ran here (evidence the graphed path ran)
         self._drafts: dict[int, _DraftEntry] = {}
@@ -109,7 +105,7 @@ class SpecStepGraphs:
         self._last_draft: tuple[_DraftEntry, int] | None = None  # the last draft's entry and request count
         self._verified: _VerifyEntry | None = None  # the verify `finish_on_device` finished
         self.lookahead = DraftLookahead()
-        self._mempool = None
+        self._capturer = GraphCapturer(device, warmup_iters=warmup_iters)
 
     def fits(self, num_requests: int, num_rows: int) -> bool:
         return bucket_for(num_requests, self.buckets) is not None and bucket_for(num_rows, self.buckets) is not None
@@ -300,7 +296,7 @@ class SpecStepGraphs:
             return True
         try:
             capture()
-        except _Unavailable as e:
+        except GraphUnavailable as e:
             self.unavailable = str(e)
             logger.info("speculative step graphs unavailable, steps run eager: %s", e)
             return False
@@ -317,35 +313,9 @@ class SpecStepGraphs:
         entry.post_graph, _ = self._graph(lambda: self._post_fn(entry), "rollback/commit")
 
     def _graph(self, fn: Callable[[], object], name: str) -> tuple[torch.cuda.CUDAGraph, object]:
-        """Probe `fn` for host syncs, warm it up on a side stream, capture it: (graph, its outputs).
-        The buffers it runs on hold padding rows only (nothing is written). A first call runs
-        before the probe: one-time lazy work may sync (the draft's experts are stacked, and their
-        scale range read, on first use); a steady-state call must not."""
-        fn()
-        previous = torch.cuda.get_sync_debug_mode()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            fn()
-        except RuntimeError as e:
-            raise _Unavailable(f"the {name} part syncs with the host ({mxserve_frame(e)}): "
-                               f"{str(e).splitlines()[0]}") from e
-        finally:
-            torch.cuda.set_sync_debug_mode(previous)
-        try:
-            stream = torch.cuda.Stream(device=self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):
-                for _ in range(self.warmup_iters):
-                    fn()
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            if self._mempool is None:
-                self._mempool = torch.cuda.graph_pool_handle()
-            with torch.cuda.graph(graph, pool=self._mempool):
-                out = fn()
-        except RuntimeError as e:
-            raise _Unavailable(f"CUDA-graph capture of the {name} part failed ({mxserve_frame(e)}): "
-                               f"{str(e).splitlines()[0]}") from e
+        """`fn` probed, warmed up and captured (`GraphCapturer`): (graph, its outputs). The buffers it
+        runs on hold padding rows only (nothing is written)."""
+        graph, out = self._capturer.capture(fn, f"{name} part")
         logger.info("speculative step graphs: captured the %s part", name)
         return graph, out
 
