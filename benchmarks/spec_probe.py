@@ -5,9 +5,10 @@ host seconds per step in each part of the step (wall clocks around the calls; a 
 includes waiting for the device when it reads a result) and device seconds per replay of each
 captured graph (CUDA events over back-to-back replays). With --busy, one more 64-token generate under
 torch.profiler: the wall time per step and the share of it the GPU spent in kernels (is the step
-bound by the device or by the host?). --lookahead turns the draft lookahead on (MXSERVE_SPEC_LOOKAHEAD=1).
+bound by the device or by the host?). --lookahead turns the draft lookahead on (MXSERVE_SPEC_LOOKAHEAD=1);
+--k=N drafts N tokens (default 3).
 
-    PYTHONPATH=src python benchmarks/spec_probe.py [--profile] [--busy] [--lookahead]
+    PYTHONPATH=src python benchmarks/spec_probe.py [--profile] [--busy] [--lookahead] [--k=N]
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from mxserve import LLM, SamplingParams
 if "--lookahead" in sys.argv:
     os.environ["MXSERVE_SPEC_LOOKAHEAD"] = "1"
 ALL_TRITON = {"linear": "triton", "moe": "triton", "attention": "triton", "hc": "triton"}
+K = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--k=")), 3)
 
 llm = LLM(device="cuda", max_model_len=512, kernel_overrides=ALL_TRITON, progress=False,
-          speculative_config={"method": "dspark", "num_speculative_tokens": 3})
+          speculative_config={"method": "dspark", "num_speculative_tokens": K})
 llm.generate([[0, 7, 8, 9, 10]], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True))
 runner = llm.engine.runner
 graphs = runner.step_graphs
