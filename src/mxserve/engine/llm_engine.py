@@ -138,13 +138,14 @@ class LLMEngine:
         )
         cache_state = ModelCacheState(self.model_config, self.model.policy, num_blocks=self.cache_plan.num_blocks,
                                       block_size=config.block_size, manage_tables=False, device=self.device)
+        self.runner = self._build_runner(weights, cache_state, linear_backend == "reference-resident")
         self.scheduler = Scheduler(
             SchedulerConfig(max_model_len=max_model_len, max_num_batched_tokens=config.max_num_batched_tokens,
                             long_prefill_token_threshold=config.long_prefill_token_threshold,
-                            max_num_seqs=config.max_num_seqs, num_speculative_tokens=self.num_speculative_tokens),
+                            max_num_seqs=config.max_num_seqs, num_speculative_tokens=self.num_speculative_tokens,
+                            max_verify_rows=getattr(self.runner, "max_verify_rows", 0)),
             BlockManager(self.cache_plan.pool_specs),
         )
-        self.runner = self._build_runner(weights, cache_state, linear_backend == "reference-resident")
         self._requests: dict[str, _Tracked] = {}
         self._sample_owner: dict[str, str] = {}  # scheduler request id → user request id
         self._seed_rng = random.Random(config.seed)

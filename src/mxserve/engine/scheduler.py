@@ -19,7 +19,8 @@ model its final tokens are the ones it would have produced without preemption.
 
 `schedule()` commits the chunk: it grows the block tables and advances `num_computed_tokens`.
 With speculative decoding (`num_speculative_tokens` K > 0) a decoding request's chunk also
-reserves K draft positions (budget and pages); `update_from_output()` then advances
+reserves K draft positions (budget and pages), or fewer so the step's verify rows stay within
+`max_verify_rows` (the speculative step graphs' largest bucket); `update_from_output()` then advances
 `num_computed_tokens` by the drafts that were accepted. `update_from_output()` appends the
 sampled tokens and decides stops (max_tokens, the model's
 max length, EOS unless ignore_eos, stop token ids). Stop strings need text, so the engine's
@@ -130,6 +131,7 @@ class Scheduler:
         chunks: list[ScheduledChunk] = []
         preempted_ids: list[str] = []
 
+        max_drafts = self._max_drafts_per_request()
         index = 0
         while index < len(self._running) and budget > 0:
             request = self._running[index]
@@ -137,7 +139,7 @@ class Scheduler:
             if num_new == 0:  # its sampled token has not come back yet
                 index += 1
                 continue
-            num_drafts = self._num_draft_tokens(request, budget)
+            num_drafts = min(max_drafts, self._num_draft_tokens(request, budget))
             while not self.block_manager.allocate(request, num_new + num_drafts):
                 victim = self._running.pop()  # most recently admitted; never one scheduled this step
                 self._preempt(victim)
@@ -228,6 +230,14 @@ class Scheduler:
     # ------------------------------------------------------------------ internals
     def _chunk_size(self, request: Request, budget: int) -> int:
         return min(request.num_uncomputed_tokens, self.config.long_prefill_token_threshold, budget)
+
+    def _max_drafts_per_request(self) -> int:
+        """K, or fewer so that every decoding request's 1 + drafts rows fit `max_verify_rows`."""
+        k, rows = self.config.num_speculative_tokens, self.config.max_verify_rows
+        if not k or not rows:
+            return k
+        decoding = sum(1 for r in self._running if r.num_uncomputed_tokens == 1)
+        return max(0, min(k, rows // max(1, decoding) - 1))
 
     def _num_draft_tokens(self, request: Request, budget: int) -> int:
         """Draft slots for a decoding request (speculative decoding): K, fewer where the step's

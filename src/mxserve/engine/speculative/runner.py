@@ -19,9 +19,12 @@ Draws are keyed by (request seed, anchor position, purpose, index): replayable, 
 batch, and never reused across steps (block verification consults every acceptance draw, so a
 draw reused at a later step would be biased).
 
-A step in which every request verifies drafts runs as CUDA-graph replays instead (`step_graphs`:
-draft, verify as one decode row per position, rollback + commit on the device), with the same
-verification and the same tokens. `MXSERVE_SPEC_GRAPHS`: `auto` (default: on CUDA), `0` (every
+A step of decodes (every chunk one token, with or without drafts) runs as CUDA-graph replays
+instead (`step_graphs`: draft, verify as one decode row per position, rollback + commit on the
+device), with the same verification and the same tokens; a decode without drafts samples with the
+sampler's draw, as on the eager step. When prefill chunks join the decodes (continuous batching),
+the decodes still replay and only the prefill chunks run eager (`SPLIT_STEP` in `eager_stats`). The
+scheduler keeps a step's verify rows within the graphs' largest bucket (`max_verify_rows`). `MXSERVE_SPEC_GRAPHS`: `auto` (default: on CUDA), `0` (every
 step eager, the switch back), `1` (also on the CPU, the static buffers without capture: tests). `MXSERVE_SPEC_LOOKAHEAD=1` adds
 the draft lookahead (`step_graphs`), off by default (measured no faster on the H200).
 """
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -51,6 +54,8 @@ from mxserve.model.forward_batch import ForwardBatch
 from mxserve.model.kv_state import ModelCacheState, Pool
 
 DRAW_DRAFT, DRAW_ACCEPT, DRAW_FINAL = 1, 2, 3  # purposes of the keyed draws
+# the eager-step reason of a step whose decodes replayed the graphs beside eager prefill chunks
+SPLIT_STEP = "speculative step: prefill chunks ran eager beside the graphed decodes"
 
 
 def step_uniform(seed: int, anchor_position: int, purpose: int, index: int) -> float:
@@ -94,6 +99,11 @@ class SpeculativeModelRunner(ModelRunner):
         self.draft_lookahead = spec_lookahead_enabled()  # read once: engines in one process may differ
         self.step_graphs = self._new_step_graphs(max_model_len, enforce_eager)
 
+    @property
+    def max_verify_rows(self) -> int:
+        """The most rows a graphed step verifies (its largest bucket); 0 without step graphs."""
+        return self.step_graphs.buckets[-1] if self.step_graphs is not None else 0
+
     def _new_step_graphs(self, max_model_len: int | None, enforce_eager: bool) -> SpecStepGraphs | None:
         """The graphed step (module docstring), or None where it is switched off or cannot run."""
         mode = os.environ.get("MXSERVE_SPEC_GRAPHS", "auto")
@@ -124,10 +134,24 @@ class SpeculativeModelRunner(ModelRunner):
                 state.set_block_tables(chunk.request_id, chunk.block_tables)
                 self._installed_tables[chunk.request_id] = chunk.block_tables
 
-        graphed = self._graphed_step(step, sampling)
-        if graphed is not None:
-            return graphed
+        decodes = tuple(c for c in step.chunks if _is_decode(c))
+        if self.step_graphs is not None and decodes and len(decodes) < len(step.chunks):
+            # a prefill chunk joined the decodes (continuous batching): the decodes still replay
+            # the graphs, and only the prefill chunks run eager (the requests share no cache slot)
+            graphed = self._graphed_step(_sub_step(step, decodes), sampling)
+            if graphed is not None:
+                self.eager_stats.record(SPLIT_STEP)
+                prefills = tuple(c for c in step.chunks if not _is_decode(c))
+                return _merged(graphed, self._eager_step(_sub_step(step, prefills), sampling))
+        else:
+            graphed = self._graphed_step(step, sampling)
+            if graphed is not None:
+                return graphed
+        return self._eager_step(step, sampling)
 
+    def _eager_step(self, step: SchedulerOutput, sampling: Mapping[str, RequestSampling]) -> StepResult:
+        """The step as one eager chunked forward (steps 1-6 of the module docstring)."""
+        state = self.cache_state
         verify_chunks = [c for c in step.chunks if c.num_draft_tokens > 0]
         proposals = self.drafter(verify_chunks, sampling) if verify_chunks else {}
         for chunk in verify_chunks:
@@ -227,7 +251,9 @@ class SpeculativeModelRunner(ModelRunner):
         ids = [c.request_id for c in chunks]
         ks = [c.num_draft_tokens for c in chunks]
         width = self.block_width + 1
-        if self.drafter == self.dspark_drafts:
+        if not any(ks):  # plain decodes (drafts capped to 0 for a large batch, or no room left): no draft
+            tokens = torch.tensor([c.token_ids[0] for c in chunks], dtype=torch.int64, device=self.device)
+        elif self.drafter == self.dspark_drafts:
             block = graphs.draft_tokens([c.token_ids[0] for c in chunks], ids, [c.start_pos for c in chunks])
             if block is None:
                 self.eager_stats.record(f"speculative step: {graphs.unavailable}")
@@ -239,10 +265,10 @@ class SpeculativeModelRunner(ModelRunner):
                 index = [b * width + j for b, k in enumerate(ks) for j in range(k + 1)]
                 tokens = flat[torch.tensor(index, dtype=torch.int64, device=flat.device)]
         else:  # a replaced drafter (tests' scripted drafts): its host tokens
-            proposals = self.drafter(chunks, sampling)
+            proposals = self.drafter([c for c in chunks if c.num_draft_tokens], sampling)
             rows = []
             for chunk in chunks:
-                drafts = proposals[chunk.request_id].token_ids
+                drafts = proposals[chunk.request_id].token_ids if chunk.num_draft_tokens else ()
                 if len(drafts) != chunk.num_draft_tokens:
                     raise ValueError(f"drafter proposed {len(drafts)} tokens for {chunk.request_id!r}, "
                                      f"expected {chunk.num_draft_tokens}")
@@ -265,7 +291,7 @@ class SpeculativeModelRunner(ModelRunner):
         device_rows = graphs.device_rejected(num_rows) if on_device else torch.zeros_like(choice)
         packed = torch.cat((tokens[:num_rows], choice, device_rows.to(torch.int64),
                             torch.isfinite(logits).all().to(torch.int64)[None]))
-        ahead = on_device and self.drafter == self.dspark_drafts
+        ahead = on_device and self.drafter == self.dspark_drafts and any(ks)
 
         def queue_behind_the_read() -> None:
             if on_device:
@@ -286,10 +312,14 @@ class SpeculativeModelRunner(ModelRunner):
             drafts = row_tokens[first + 1: first + 1 + k]
             if info.params.is_greedy:
                 verdict = verify_greedy(choices[first: first + k + 1], drafts)
+            elif k == 0:  # a plain decode samples as the eager step's plain chunks do (same draw)
+                out = self.sampler.sample(logits[first: first + 1], [info.params], [info.seed], [chunk.end_pos])
+                verdict = Verdict(0, (int(out.token_ids[0]),))
             else:
                 verdict = self._verify(chunk, DraftProposal(tuple(drafts), None), logits[first: first + k + 1], info)
             outputs[rid] = verdict.token_ids
-            self.stats.record(k, verdict.num_accepted)
+            if k:  # plain decodes are not verifies (as on the eager step)
+                self.stats.record(k, verdict.num_accepted)
             self.num_rolled_back_positions += k - verdict.num_accepted
             rejected += [j > verdict.num_accepted for j in range(k + 1)]
             if info.params.logprobs is not None:
@@ -314,8 +344,8 @@ class SpeculativeModelRunner(ModelRunner):
             return graphs.unavailable
         if getattr(self.model, "observer", None) is not None:
             return "an observer/verification hook is set"
-        if not all(c.num_draft_tokens and c.num_tokens == 1 and c.samples_next_token for c in chunks):
-            return "a chunk that is not a verify (prefill, or no drafts)"
+        if not all(_is_decode(c) for c in chunks):
+            return "a prefill chunk (every chunk must be one token: a decode, with or without drafts)"
         if (self.drafter == self.dspark_drafts and self.spec_config.draft_sample_method == "probabilistic"
                 and not all(sampling[c.request_id].params.is_greedy for c in chunks)):
             return "probabilistic drafts (host-side draws)"
@@ -382,3 +412,22 @@ class SpeculativeModelRunner(ModelRunner):
             probs = torch.stack(draft_probs[b][:k]) if probabilistic[b] else None
             proposals[chunk.request_id] = DraftProposal(tuple(drafts[b, :k].tolist()), probs)
         return proposals
+
+
+def _is_decode(chunk: ScheduledChunk) -> bool:
+    """One token that samples the next (with or without drafts): a row of the graphed verify."""
+    return chunk.num_tokens == 1 and chunk.samples_next_token
+
+
+def _sub_step(step: SchedulerOutput, chunks: tuple[ScheduledChunk, ...]) -> SchedulerOutput:
+    """The step restricted to `chunks` (finished and preempted requests were released already)."""
+    return replace(step, chunks=chunks, finished_request_ids=frozenset(), preempted_request_ids=frozenset(),
+                   total_num_tokens=sum(c.num_tokens for c in chunks))
+
+
+def _merged(a: StepResult, b: StepResult) -> StepResult:
+    """Two results of disjoint requests as one."""
+    return StepResult(RunnerOutput({**a.runner_output.sampled_token_ids, **b.runner_output.sampled_token_ids}),
+                      sampled_logprobs={**a.sampled_logprobs, **b.sampled_logprobs},
+                      prompt_logprobs={**a.prompt_logprobs, **b.prompt_logprobs},
+                      logits_finite=a.logits_finite and b.logits_finite)

@@ -1,7 +1,7 @@
 """CUDA graphs of the speculative step: the draft, the verify forward, the rollback and commit.
 
-A step in which every request verifies drafts (each chunk is one anchor token with k ≥ 1 drafts;
-after the prompt, single-stream speculative decoding is nothing else) runs as three graph replays
+A step of decodes (each chunk is one anchor token with k ≥ 0 drafts; after the prompt,
+single-stream speculative decoding is nothing else) runs as three graph replays
 and one host read, instead of an eager chunked forward (~100x the device time of the small
 default model, almost all of it host overhead):
 
