@@ -6,8 +6,8 @@ MXSERVE_SPEC_GRAPHS=0: the eager step it replaces), all alive at once, each warm
 up (Triton compiles, graph captures). Then --repeats rounds; in each, every setting decodes every
 held-out prompt alone, greedy, --new-tokens tokens (interleaved, so host drift during the run
 hits every setting alike). Reported per setting: the median single-stream tok/s over
-those calls (wall of `generate`, the ~24-token prefill included), the same-run ratio against
-`off`, the mean acceptance length, whether every output equals `off`'s, how many steps took the
+those calls (streamed with `LLM.stream`; end to end, the ~24-token prefill included, and decode
+only, from the first token on), the same-run ratios against `off`, the mean acceptance length, whether every output equals `off`'s, how many steps took the
 graphed path and why any did not.
 
     PYTHONPATH=src python benchmarks/spec_decode.py --ks 3 5 7 --out $OUT/spec.json
@@ -41,23 +41,34 @@ def build(k: int, graphed: bool, args, lookahead: bool = True) -> LLM:
     return llm
 
 
-def time_round(llm: LLM, prompts: list[list[int]], args) -> tuple[list[float], list[list[int]]]:
-    """Each prompt decoded alone: tok/s per call (wall of `generate`), and the tokens."""
+def time_round(llm: LLM, prompts: list[list[int]], args) -> tuple[list[float], list[float], list[list[int]]]:
+    """Each prompt decoded alone, streamed: per call the end-to-end tok/s (all tokens / wall, the
+    prefill included) and the decode-only tok/s (tokens after the first snapshot / time after it:
+    the prefill step, a fixed eager cost on every setting, left out), and the tokens."""
     params = SamplingParams(max_tokens=args.new_tokens, temperature=0, ignore_eos=True)
-    rates, outputs = [], []
+    rates, decode_rates, outputs = [], [], []
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     for prompt in prompts:
-        torch.cuda.synchronize()
+        sync()
         start = time.perf_counter()
-        out = llm.generate([prompt], params)[0].outputs[0].token_ids
-        torch.cuda.synchronize()
-        rates.append(len(out) / (time.perf_counter() - start))
+        first_at, first_tokens, out = None, 0, ()
+        for snapshot in llm.stream(prompt, params):
+            out = snapshot.outputs[0].token_ids
+            if first_at is None:
+                first_at, first_tokens = time.perf_counter(), len(out)
+        sync()
+        end = time.perf_counter()
+        rates.append(len(out) / (end - start))
+        decode_rates.append((len(out) - first_tokens) / (end - first_at))
         outputs.append(list(out))
-    return rates, outputs
+    return rates, decode_rates, outputs
 
 
-def summary(k: int, graphed: bool, lookahead: bool, llm: LLM, rates: list[float], outputs: list[list[int]], stats0) -> dict:
+def summary(k: int, graphed: bool, lookahead: bool, llm: LLM, rates: list[float], decode_rates: list[float],
+            outputs: list[list[int]], stats0) -> dict:
     runner = llm.engine.runner
     row = {"k": k, "graphed": graphed, "lookahead": lookahead, "tok_s_median": statistics.median(rates), "tok_s": rates,
+           "decode_tok_s_median": statistics.median(decode_rates), "decode_tok_s": decode_rates,
            "outputs": outputs, "eager_reasons": dict(runner.eager_stats.counts)}
     if k:
         stats = llm.engine.spec_decode_stats.as_dict()
@@ -92,25 +103,30 @@ def main() -> None:
     stats0 = [llm.engine.spec_decode_stats.as_dict() if k else None
               for (k, _, _), llm in zip(settings, engines, strict=True)]
     rates: list[list[float]] = [[] for _ in settings]
+    decode_rates: list[list[float]] = [[] for _ in settings]
     outputs: list[list[list[int]]] = [[] for _ in settings]
     for _ in range(args.repeats):  # rounds interleave the settings: host drift hits them alike
         for i, llm in enumerate(engines):
-            got_rates, got = time_round(llm, prompts, args)
+            got_rates, got_decode, got = time_round(llm, prompts, args)
             rates[i] += got_rates
+            decode_rates[i] += got_decode
             outputs[i] = got
-    rows = [summary(k, graphed, lookahead, llm, rates[i], outputs[i], stats0[i])
+    rows = [summary(k, graphed, lookahead, llm, rates[i], decode_rates[i], outputs[i], stats0[i])
             for i, ((k, graphed, lookahead), llm) in enumerate(zip(settings, engines, strict=True))]
     base = rows[0]
     for row in rows:
         row["ratio_vs_off"] = row["tok_s_median"] / base["tok_s_median"]
+        row["decode_ratio_vs_off"] = row["decode_tok_s_median"] / base["decode_tok_s_median"]
         row["identical_to_off"] = row["outputs"] == base["outputs"]
     args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1))
-    print(f"{'setting':<14} {'tok/s':>8} {'x off':>6} {'accept len':>10} {'same':>5} {'graphed':>8}  eager reasons")
+    print(f"{'setting':<14} {'tok/s':>8} {'x off':>6} {'decode':>8} {'x off':>6} {'accept len':>10} {'same':>5} "
+          f"{'graphed':>8}  eager reasons")
     for row in rows:
         name = "off" if not row["k"] else f"K={row['k']}" + ("" if row["graphed"] else " eager") + (
             " no-ahead" if row["k"] and row["graphed"] and not row["lookahead"] else "")
         accept = f"{row['mean_acceptance_length']:.2f}" if row["k"] else "-"
-        print(f"{name:<14} {row['tok_s_median']:8.1f} {row['ratio_vs_off']:6.2f} {accept:>10} "
+        print(f"{name:<14} {row['tok_s_median']:8.1f} {row['ratio_vs_off']:6.2f} {row['decode_tok_s_median']:8.1f} "
+              f"{row['decode_ratio_vs_off']:6.2f} {accept:>10} "
               f"{row['identical_to_off']!s:>5} {row.get('graphed_steps', '-')!s:>8}  {row['eager_reasons']}")
 
 
