@@ -162,15 +162,21 @@ def _tokenize(base_url: str, headers: dict[str, str], text: Path) -> list[int]:
     return response.json()["tokens"]
 
 
+WARM_UP_TOKENS = 16  # per warm-up request: room for K <= 15 drafts after the first token
+
+
 async def _warm_up(base_url: str, prompt_sets: dict[str, list[list[int]]], opts: ServeBenchOptions,
                    headers: dict[str, str]) -> None:
-    """One request alone, then a full batch at the highest level: kernels compile/autotune
-    before anything is measured (field notes §7: the first prefill can take 3x longer)."""
+    """A batch at every concurrency level (and one request alone), WARM_UP_TOKENS each: kernels
+    compile/autotune and the batch sizes' CUDA graphs are captured before anything is measured
+    (field notes §7: the first prefill can take 3x longer). Several tokens, not 2: a speculative
+    server drafts only where max_tokens leaves room, and its draft/verify graphs are captured on a
+    bucket's first drafting step (session 11: 16 captures inside the measured levels)."""
     httpx = import_httpx()
     prompts = next(iter(prompt_sets.values()))
     async with httpx.AsyncClient(timeout=opts.request_timeout_s) as client:
-        for width in (1, max(opts.concurrency)):
-            bodies = [completion_body(prompts[i % len(prompts)], 2, None) for i in range(width)]
+        for width in sorted({1, *opts.concurrency}):
+            bodies = [completion_body(prompts[i % len(prompts)], WARM_UP_TOKENS, None) for i in range(width)]
             records = await asyncio.gather(*(stream_completion(client, base_url, b, headers=headers,
                                                                timeout_s=opts.request_timeout_s) for b in bodies))
             failed = [r.error for r in records if not r.ok]
