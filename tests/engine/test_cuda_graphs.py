@@ -246,3 +246,22 @@ def test_gpu_engine_whose_first_forward_is_a_decode_step_still_graphs():
     eager = LLM(device="cuda", max_model_len=512, enforce_eager=True, progress=False, kernel_overrides=ALL_TRITON)
     want, _ = _greedy(eager, prompts, 16)
     assert got == want
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_gpu_mixed_steps_replay_the_decodes_beside_eager_prefill_chunks():
+    """Chunked prefill beside decodes (a 32-token step budget): the split steps replay the decode
+    graph for the decodes and run only the prefill chunks eager; the tokens equal enforce_eager."""
+    from mxserve.engine.model_runner import SPLIT_STEP
+
+    prompts = [[0, *range(7, 7 + n)] for n in (3, 60, 9, 45, 2)]
+    opts = dict(device="cuda", max_model_len=512, progress=False, kernel_overrides=ALL_TRITON,
+                max_num_batched_tokens=32, long_prefill_token_threshold=16)
+    graphs = LLM(**opts)
+    got, _ = _greedy(graphs, prompts, 24)
+    want, _ = _greedy(LLM(**opts, enforce_eager=True), prompts, 24)
+    assert got == want
+    runner = graphs.engine.runner
+    assert runner.eager_stats.counts[SPLIT_STEP] > 0, dict(runner.eager_stats.counts)
+    assert runner.decode_graphs.unavailable is None and runner.decode_graphs.num_replays > 0

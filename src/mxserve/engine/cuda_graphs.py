@@ -5,7 +5,8 @@ captured once for that bucket: inputs are copied into static buffers padded to t
 rows are dummies whose outputs are dropped), the graph is replayed, and the first `n` output
 rows are returned. Anything else runs eager, and the runner is told why (`GraphDecision.reason`):
 prefill chunks, a batch above the largest bucket, CPU devices, `EngineConfig.enforce_eager`, or a
-forward that is not capturable.
+forward that is not capturable. A step in which prefill chunks join decodes is split by the runner:
+the decodes replay, the prefill chunks run eager (`ModelRunner._split_step`).
 
 `DecodeGraphs` is the model-specific part: one graph of `DeepseekV4Model.decode_forward` per
 bucket, captured on first use of that bucket (not at startup: a bucket the workload never reaches
@@ -36,6 +37,7 @@ on the host) — names the frame, and every decode step runs eager, as tested.
 from __future__ import annotations
 
 import logging
+import os
 import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -48,6 +50,17 @@ from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry, build_decode
 logger = logging.getLogger("mxserve.engine")
 
 BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)  # decode batch sizes a graph is captured for
+
+
+
+def static_decode_buffers() -> bool:
+    """MXSERVE_DECODE_GRAPHS=1: the decode graphs' static-buffer path (no capture) also off CUDA, so the
+    CPU tests run the runner's graphed decode and its split steps; `auto` (default): CUDA only."""
+    mode = os.environ.get("MXSERVE_DECODE_GRAPHS", "auto")
+    if mode not in ("auto", "1"):
+        raise ValueError(f"MXSERVE_DECODE_GRAPHS={mode!r}: expected auto or 1 (enforce_eager turns graphs off)")
+    return mode == "1"
+
 
 NOT_CAPTURABLE = ("the model has no capturable decode path (no static-shape decode_forward, e.g. the "
                   "tensor-parallel ranks' stand-in)")
@@ -81,15 +94,17 @@ class GraphDecision:
 
 
 def decide(chunk_num_tokens: Sequence[int], *, enforce_eager: bool, device_type: str, model_capturable: bool,
-           buckets: Sequence[int] = BUCKETS, hooks_on: bool = False, unavailable: str | None = None) -> GraphDecision:
+           buckets: Sequence[int] = BUCKETS, hooks_on: bool = False, unavailable: str | None = None,
+           static_buffers: bool = False) -> GraphDecision:
     """Whether one step can replay a decode graph, and if not, exactly why (first reason that applies).
 
     `hooks_on`: an observer/verification hook is set (it must see every op: eager).
     `unavailable`: why graphs cannot run at all in this engine (no decode capacity, a failed sync
-    probe or capture), once known."""
+    probe or capture), once known. `static_buffers`: the runner runs the graphs' static-buffer path
+    without capture on any device (`MXSERVE_DECODE_GRAPHS=1`, what the CPU tests exercise)."""
     if enforce_eager:
         return GraphDecision(None, "enforce_eager=True")
-    if device_type != "cuda":
+    if device_type != "cuda" and not static_buffers:
         return GraphDecision(None, f"device is {device_type} (CUDA graphs need a CUDA device)")
     if not model_capturable:
         return GraphDecision(None, NOT_CAPTURABLE)
@@ -226,6 +241,7 @@ class DecodeGraphs:
         self.buckets = tuple(sorted(buckets))
         self.unavailable: str | None = None
         self.num_replays = 0
+        self.num_static_steps = 0  # steps run on the static buffers without capture (capture=False)
         self._graphs: dict[int, _DecodeGraph] = {}
         self._capturer = GraphCapturer(device, warmup_iters=warmup_iters)
 
@@ -260,6 +276,7 @@ class DecodeGraphs:
             entry.copied.record()
         if not self.capture:
             self._graphs[bucket] = entry  # the buffers are reused, as a captured bucket's are
+            self.num_static_steps += 1
             return self.model.decode_forward(entry.static, self.state, self.geometry)[: len(token_ids)]
         if fresh:
             # The probe and warm-ups run this step's real inputs: a decode step is idempotent (it writes

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mxserve.engine.cuda_graphs import DecodeGraphs, EagerStats, decide
+from mxserve.engine.cuda_graphs import DecodeGraphs, EagerStats, GraphDecision, decide, static_decode_buffers
 from mxserve.engine.decode_lookahead import (
     Lookahead,
     LookaheadStats,
@@ -24,11 +24,14 @@ from mxserve.engine.decode_lookahead import (
 from mxserve.engine.logprobs import LogprobsTensors, PositionLogprobs, compute_logprobs, gather_logprobs
 from mxserve.engine.sampler import Sampler
 from mxserve.engine.sampling_params import SamplingParams
-from mxserve.engine.scheduler_output import RunnerOutput, SchedulerOutput
+from mxserve.engine.scheduler_output import RunnerOutput, ScheduledChunk, SchedulerOutput
 from mxserve.model.decode_batch import DecodeGeometry
 from mxserve.model.deepseek_v4 import DeepseekV4Model
 from mxserve.model.forward_batch import ForwardBatch
 from mxserve.model.kv_state import ModelCacheState, Pool, positions_per_unit
+
+# the eager-step reason of a step whose decodes replayed a graph beside eager prefill chunks
+SPLIT_STEP = "prefill chunks ran eager beside the graphed decodes"
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,14 @@ class StepResult:
     prompt_logprobs: dict[str, list[PositionLogprobs]] = field(default_factory=dict)  # rows of this chunk, per request
     logits_finite: bool = True  # False when any computed logit row held NaN/inf
 
+    def merged(self, other: StepResult) -> StepResult:
+        """This result and `other`'s, of disjoint requests (two parts of one step), as one."""
+        return StepResult(
+            RunnerOutput({**self.runner_output.sampled_token_ids, **other.runner_output.sampled_token_ids}),
+            sampled_logprobs={**self.sampled_logprobs, **other.sampled_logprobs},
+            prompt_logprobs={**self.prompt_logprobs, **other.prompt_logprobs},
+            logits_finite=self.logits_finite and other.logits_finite)
+
 
 class ModelRunner:
     def __init__(self, model: DeepseekV4Model, cache_state: ModelCacheState, device: torch.device, *,
@@ -74,9 +85,10 @@ class ModelRunner:
         self._token_host: torch.Tensor | None = None  # pinned: the sampled tokens read past the lookahead
         self.lookahead_stats = LookaheadStats()
         self._positions_per_unit: dict[str, int] | None = None  # pool name → positions a cache unit covers
+        self.static_decode = static_decode_buffers()  # the static-buffer path off CUDA too (tests)
         if max_model_len is not None and getattr(model, "supports_cuda_graphs", False) and not enforce_eager:
             geometry = DecodeGeometry.for_positions(model.config, cache_state.block_size, max_model_len)
-            self.decode_graphs = DecodeGraphs(model, cache_state, geometry, device)
+            self.decode_graphs = DecodeGraphs(model, cache_state, geometry, device, capture=device.type == "cuda")
 
     def release(self, request_ids) -> None:
         """Forget finished, aborted or preempted requests' tables (the block manager owns the pages)."""
@@ -88,6 +100,9 @@ class ModelRunner:
         self.release(step.finished_request_ids | step.preempted_request_ids)
         if not step.chunks:
             return StepResult(RunnerOutput({}))
+        decodes = tuple(c for c in step.chunks if c.num_tokens == 1)
+        if decodes and len(decodes) < len(step.chunks) and not self._decision(decodes).is_eager:
+            return self._split_step(step, decodes, sampling)
         rows: list[int] = []
         sample_rows: dict[str, int] = {}  # request id → index into `rows`
         prompt_rows: dict[str, tuple[int, int]] = {}  # request id → (first index into rows, count)
@@ -175,17 +190,35 @@ class ModelRunner:
             result.prompt_logprobs[rid] = tensors.to_positions()
         return result
 
+    def _split_step(self, step: SchedulerOutput, decodes: tuple[ScheduledChunk, ...],
+                    sampling: Mapping[str, RequestSampling]) -> StepResult:
+        """A step whose prefill chunks joined the decodes (continuous batching): the decodes replay
+        their graph and only the prefill chunks run eager, instead of the whole step eager (the
+        requests share no cache slot, and every op is batch invariant: the same tokens). A decode
+        lookahead launched by the decode part is kept for the next step."""
+        self.eager_stats.record(SPLIT_STEP)
+        result = self.execute(step.restricted_to(decodes), sampling)
+        ahead, self._ahead = self._ahead, None
+        prefills = tuple(c for c in step.chunks if c.num_tokens != 1)
+        result = result.merged(self.execute(step.restricted_to(prefills), sampling))
+        self._ahead = ahead
+        return result
+
+    def _decision(self, chunks) -> GraphDecision:
+        graphs = self.decode_graphs
+        return decide(
+            [c.num_tokens for c in chunks], enforce_eager=self.enforce_eager, device_type=self.device.type,
+            model_capturable=getattr(self.model, "supports_cuda_graphs", False),
+            hooks_on=getattr(self.model, "observer", None) is not None,
+            unavailable="no decode capacity (max_model_len) was given to the runner" if graphs is None
+            else graphs.unavailable, static_buffers=self.static_decode,
+        )
+
     def _graph_decode(self, step: SchedulerOutput, rows: list[int]) -> torch.Tensor | None:
         """Logits of `rows` from a replayed decode graph, or None (the step runs eager; the reason is
         recorded: logged once, counted in `eager_stats`)."""
         graphs = self.decode_graphs
-        decision = decide(
-            [c.num_tokens for c in step.chunks], enforce_eager=self.enforce_eager, device_type=self.device.type,
-            model_capturable=getattr(self.model, "supports_cuda_graphs", False),
-            hooks_on=getattr(self.model, "observer", None) is not None,
-            unavailable="no decode capacity (max_model_len) was given to the runner" if graphs is None
-            else graphs.unavailable,
-        )
+        decision = self._decision(step.chunks)
         logits = None
         self._bucket = decision.bucket
         if not decision.is_eager:

@@ -13,7 +13,7 @@ chunks of up to the per-request cap, and both share one step's token budget.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from mxserve.engine.request import FinishReason
@@ -59,6 +59,12 @@ class SchedulerOutput:
     @property
     def is_empty(self) -> bool:
         return not self.chunks
+
+    def restricted_to(self, chunks: tuple[ScheduledChunk, ...]) -> SchedulerOutput:
+        """This step with only `chunks` (a part the runner runs on its own; its finished and preempted
+        requests were released already, so the part has none)."""
+        return replace(self, chunks=chunks, finished_request_ids=frozenset(), preempted_request_ids=frozenset(),
+                       total_num_tokens=sum(c.num_tokens for c in chunks))
 
     def chunk_of(self, request_id: str) -> ScheduledChunk:
         """The chunk of a scheduled request; KeyError when it is not in this step."""

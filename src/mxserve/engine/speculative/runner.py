@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -138,11 +138,11 @@ class SpeculativeModelRunner(ModelRunner):
         if self.step_graphs is not None and decodes and len(decodes) < len(step.chunks):
             # a prefill chunk joined the decodes (continuous batching): the decodes still replay
             # the graphs, and only the prefill chunks run eager (the requests share no cache slot)
-            graphed = self._graphed_step(_sub_step(step, decodes), sampling)
+            graphed = self._graphed_step(step.restricted_to(decodes), sampling)
             if graphed is not None:
                 self.eager_stats.record(SPLIT_STEP)
                 prefills = tuple(c for c in step.chunks if not _is_decode(c))
-                return _merged(graphed, self._eager_step(_sub_step(step, prefills), sampling))
+                return graphed.merged(self._eager_step(step.restricted_to(prefills), sampling))
         else:
             graphed = self._graphed_step(step, sampling)
             if graphed is not None:
@@ -418,16 +418,3 @@ def _is_decode(chunk: ScheduledChunk) -> bool:
     """One token that samples the next (with or without drafts): a row of the graphed verify."""
     return chunk.num_tokens == 1 and chunk.samples_next_token
 
-
-def _sub_step(step: SchedulerOutput, chunks: tuple[ScheduledChunk, ...]) -> SchedulerOutput:
-    """The step restricted to `chunks` (finished and preempted requests were released already)."""
-    return replace(step, chunks=chunks, finished_request_ids=frozenset(), preempted_request_ids=frozenset(),
-                   total_num_tokens=sum(c.num_tokens for c in chunks))
-
-
-def _merged(a: StepResult, b: StepResult) -> StepResult:
-    """Two results of disjoint requests as one."""
-    return StepResult(RunnerOutput({**a.runner_output.sampled_token_ids, **b.runner_output.sampled_token_ids}),
-                      sampled_logprobs={**a.sampled_logprobs, **b.sampled_logprobs},
-                      prompt_logprobs={**a.prompt_logprobs, **b.prompt_logprobs},
-                      logits_finite=a.logits_finite and b.logits_finite)
