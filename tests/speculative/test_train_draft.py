@@ -147,9 +147,21 @@ def test_self_data_training_without_a_corpus(tools, tmp_path):
         "--model", str(default_model_path()), "--out", str(out), "--device", "cpu", "--self-windows", "4",
         "--time-budget-s", "600", "--max-steps", "4", "--seq-len", "24", "--heldout-windows", "2",
         "--feature-batch", "4", "--batch", "4", "--anchors", "8", "--train-block-sizes", "3", "--block-size", "3",
-        "--final-prompts", "0", "--eval-every-s", "1e9", "--init-from-draft",
+        "--final-prompts", "0", "--eval-every-s", "1e9", "--init-from-draft", "--lr-schedule", "cosine",
     ])
     assert summary["steps"] == 4 and summary["train_windows"] == 4 and summary["data_s"] > 0
+    assert summary["lr_schedule"] == "cosine"
     CheckpointReader(out).validate()
     # --init-from-draft started from the packaged draft: its first held-out proxy beats a fresh start's 1.0
     assert summary["evals"][0]["heldout_accept_proxy"] > 1.0
+
+
+def test_learning_rate_warms_up_then_holds_or_decays(tools):
+    lr = tools["train_draft"].learning_rate
+    assert lr(1e-3, 0, 0.0, "constant") == pytest.approx(2e-5)  # step 1 of a 50-step warm-up
+    assert lr(1e-3, 49, 0.0, "cosine") == pytest.approx(1e-3)
+    assert lr(1e-3, 500, 0.9, "constant") == pytest.approx(1e-3)
+    assert lr(1e-3, 500, 0.5, "cosine") == pytest.approx(1e-3 * (0.1 + 0.9 * 0.5))
+    assert lr(1e-3, 500, 1.0, "cosine") == pytest.approx(1e-4) == lr(1e-3, 500, 3.0, "cosine")
+    with pytest.raises(ValueError, match="schedule"):
+        lr(1e-3, 0, 0.0, "linear")

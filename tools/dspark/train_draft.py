@@ -86,6 +86,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=16, help="windows per step")
     p.add_argument("--anchors", type=int, default=32, help="anchors per window per step")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
+                   help="after the 50-step warm-up: constant, or cosine decay to 10%% of --lr over the training "
+                        "time (the budget is wall clock, so the decay follows time)")
     p.add_argument("--max-steps", type=int, default=10**9)
     p.add_argument("--bias-rate", type=float, default=1e-3, help="router bias update (aux-loss-free balancing)")
     p.add_argument("--seed", type=int, default=0)
@@ -96,6 +99,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--final-ks", default="3,5,7")
     p.add_argument("--max-model-len", type=int, default=1024)
     return p.parse_args(argv)
+
+
+# ---------------------------------------------------------------------- optimisation
+def learning_rate(base: float, step: int, progress: float, schedule: str, *, warmup_steps: int = 50,
+                  floor: float = 0.1) -> float:
+    """The step's learning rate: linear warm-up over `warmup_steps`, then `constant`, or `cosine`
+    from `base` down to `floor` × base as `progress` (share of the training time spent) goes 0 → 1."""
+    warm = min(1.0, (step + 1) / warmup_steps)
+    if schedule == "constant":
+        return base * warm
+    if schedule != "cosine":
+        raise ValueError(f"unknown learning-rate schedule {schedule!r}")
+    progress = min(max(progress, 0.0), 1.0)
+    return base * warm * (floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 # ---------------------------------------------------------------------- data
@@ -307,11 +324,13 @@ def main(argv: list[str] | None = None) -> dict:
         draft.train()
 
     evaluate()
+    t_loop = time.monotonic()
     while step < args.max_steps and time.monotonic() < train_end:
         k = train_ks[step % len(train_ks)]
         idx = torch.randint(0, aux.shape[0], (args.batch,), generator=gen)
         anchors = sample_anchors(args.batch, args.seq_len, k, args.anchors, gen).to(dev)
-        lr = args.lr * min(1.0, (step + 1) / 50)
+        progress = (time.monotonic() - t_loop) / max(train_end - t_loop, 1e-9)
+        lr = learning_rate(args.lr, step, progress, args.lr_schedule)
         for group in opt.param_groups:
             group["lr"] = lr
         loads: list = []
@@ -355,7 +374,8 @@ def main(argv: list[str] | None = None) -> dict:
         "dspark": {"block_size": spec.block_size, "noise_token_id": spec.noise_token_id,
                    "target_layer_ids": list(layers), "markov_rank": spec.markov_rank},
         "objective": "per-slot cross-entropy vs the target's greedy tokens, Markov teacher-forced",
-        "train_block_sizes": train_ks, "steps": step, "train_windows": int(aux.shape[0]),
+        "train_block_sizes": train_ks, "lr": args.lr, "lr_schedule": args.lr_schedule,
+        "steps": step, "train_windows": int(aux.shape[0]),
         "seq_len": args.seq_len, "target_greedy_equals_data": data_agree,
         "data_s": round(t_data, 1), "features_s": round(t_feat, 1), "train_s": round(t_train, 1),
         "loss_first10": first, "loss_last10": last, "evals": evals, "real_acceptance": final,
