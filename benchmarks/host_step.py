@@ -8,8 +8,8 @@ milliseconds per decode step by component. It also counts the host reads of tens
 (`.item()`, `.tolist()`, `bool()`, `int()`, `float()`, `nonzero`) per step, by call site: on CUDA
 each read of a device tensor waits for the GPU, so a step should do one.
 
-On the CPU the step takes the engine's CUDA path (`--path graph`, the default): the runner's
-graph decision is told the device is CUDA and `DecodeGraphs` runs uncaptured (`capture=False`),
+On the CPU the step takes the engine's CUDA path (`--path graph`, the default): the runner runs
+the static-buffer path on any device (`MXSERVE_DECODE_GRAPHS=1`) and `DecodeGraphs` runs uncaptured (`capture=False`),
 so `build_decode_batch`, the static-buffer copies and the row bookkeeping run exactly as they do
 around a replay. `--path eager` keeps the CPU's eager `ForwardBatch` path instead.
 
@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 
-import mxserve.engine.model_runner as model_runner_module
 from mxserve import LLM, SamplingParams
 from mxserve.default_model import default_model_path
 from mxserve.engine.cuda_graphs import DecodeGraphs
@@ -178,13 +177,7 @@ def build_llm(args: argparse.Namespace) -> LLM:
     if args.path == "graph":
         geometry = DecodeGeometry.for_positions(engine.model_config, runner.cache_state.block_size, 512)
         runner.decode_graphs = DecodeGraphs(stand_in, runner.cache_state, geometry, device, capture=False)
-        real_decide = model_runner_module.decide
-
-        def decide_as_cuda(chunk_num_tokens, **kwargs):
-            kwargs["device_type"] = "cuda"
-            return real_decide(chunk_num_tokens, **kwargs)
-
-        model_runner_module.decide = decide_as_cuda
+        runner.static_decode = True  # as MXSERVE_DECODE_GRAPHS=1: the static-buffer path on any device
     return llm
 
 
