@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from mxserve import LLM, SamplingParams
+from mxserve.kernels.chooser import ALL_TRITON
 
-ALL_TRITON = {"linear": "triton", "moe": "triton", "attention": "triton", "hc": "triton"}
 MODES = {
     "greedy": lambda i: SamplingParams(max_tokens=128, temperature=0, ignore_eos=True),
     "sampled, seeded": lambda i: SamplingParams(max_tokens=128, temperature=1.0, seed=i, ignore_eos=True),

@@ -22,10 +22,10 @@ from collections import defaultdict
 import torch
 
 from mxserve import LLM, SamplingParams
+from mxserve.kernels.chooser import ALL_TRITON
 
 if "--lookahead" in sys.argv:
     os.environ["MXSERVE_SPEC_LOOKAHEAD"] = "1"
-ALL_TRITON = {"linear": "triton", "moe": "triton", "attention": "triton", "hc": "triton"}
 K = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--k=")), 3)
 
 llm = LLM(device="cuda", max_model_len=512, kernel_overrides=ALL_TRITON, progress=False,

@@ -28,6 +28,8 @@ from collections.abc import Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from mxserve.kernels.chooser import ALL_TRITON
+
 # aten ops that launch no kernel: allocations, metadata, aliasing (views are found by `is_view`)
 _NO_KERNEL = frozenset({
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias", "lift_fresh",
@@ -160,9 +162,6 @@ def h200_platform() -> Iterator[None]:
         yield
     finally:
         Platform.probe, selection._shared_backend = saved
-
-
-ALL_TRITON = {"linear": "triton", "moe": "triton", "attention": "triton", "hc": "triton"}
 
 
 def _model_and_weights(which: str):

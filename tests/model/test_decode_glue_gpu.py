@@ -21,9 +21,9 @@ import dataclasses
 import pytest
 import torch
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+from mxserve.kernels.chooser import ALL_TRITON
 
-ALL_TRITON = {"linear": "triton", "moe": "triton", "attention": "triton", "hc": "triton"}
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
 def _caches(state) -> dict[str, torch.Tensor]:

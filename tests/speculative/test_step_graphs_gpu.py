@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from mxserve import LLM, SamplingParams
+from mxserve.kernels.chooser import ALL_TRITON
 
 CUDA = torch.cuda.is_available()
-ALL_TRITON = {"linear": "triton", "moe": "triton", "attention": "triton", "hc": "triton"}
 
 
 def _generate(monkeypatch, prompts, spec_graphs: str | None, k: int) -> tuple[list[list[int]], LLM]:

@@ -22,6 +22,9 @@ import torch
 from mxserve.formats import QuantizedWeight, WeightLayout
 
 OVERRIDES_ENV = "MXSERVE_KERNEL_OVERRIDES"
+# every op forced to its Triton kernels: what the H200 benchmarks and GPU tests run (on CUDA the
+# defaults are the reference kernels until each Triton path passes its gates)
+ALL_TRITON: Mapping[str, str] = {"linear": "triton", "moe": "triton", "attention": "triton", "hc": "triton"}
 logger = logging.getLogger("mxserve.kernels")
 
 
