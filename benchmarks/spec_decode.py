@@ -41,12 +41,14 @@ def build(k: int, graphed: bool, args, lookahead: bool = True) -> LLM:
     return llm
 
 
-def time_round(llm: LLM, prompts: list[list[int]], args) -> tuple[list[float], list[float], list[list[int]]]:
+def time_round(llm: LLM, prompts: list[list[int]], args
+               ) -> tuple[list[float], list[float], list[float], list[list[int]]]:
     """Each prompt decoded alone, streamed: per call the end-to-end tok/s (all tokens / wall, the
-    prefill included) and the decode-only tok/s (tokens after the first snapshot / time after it:
-    the prefill step, a fixed eager cost on every setting, left out), and the tokens."""
+    prefill included), the decode-only tok/s (tokens after the first snapshot / time after it: the
+    prefill step, a fixed eager cost on every setting, left out), the time to the first snapshot
+    (ms), and the tokens."""
     params = SamplingParams(max_tokens=args.new_tokens, temperature=0, ignore_eos=True)
-    rates, decode_rates, outputs = [], [], []
+    rates, decode_rates, first_ms, outputs = [], [], [], []
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     for prompt in prompts:
         sync()
@@ -60,15 +62,17 @@ def time_round(llm: LLM, prompts: list[list[int]], args) -> tuple[list[float], l
         end = time.perf_counter()
         rates.append(len(out) / (end - start))
         decode_rates.append((len(out) - first_tokens) / (end - first_at))
+        first_ms.append((first_at - start) * 1e3)
         outputs.append(list(out))
-    return rates, decode_rates, outputs
+    return rates, decode_rates, first_ms, outputs
 
 
 def summary(k: int, graphed: bool, lookahead: bool, llm: LLM, rates: list[float], decode_rates: list[float],
-            outputs: list[list[int]], stats0) -> dict:
+            first_ms: list[float], outputs: list[list[int]], stats0) -> dict:
     runner = llm.engine.runner
     row = {"k": k, "graphed": graphed, "lookahead": lookahead, "tok_s_median": statistics.median(rates), "tok_s": rates,
            "decode_tok_s_median": statistics.median(decode_rates), "decode_tok_s": decode_rates,
+           "first_token_ms_median": statistics.median(first_ms), "first_token_ms": first_ms,
            "outputs": outputs, "eager_reasons": dict(runner.eager_stats.counts)}
     if k:
         stats = llm.engine.spec_decode_stats.as_dict()
@@ -104,14 +108,16 @@ def main() -> None:
               for (k, _, _), llm in zip(settings, engines, strict=True)]
     rates: list[list[float]] = [[] for _ in settings]
     decode_rates: list[list[float]] = [[] for _ in settings]
+    first_ms: list[list[float]] = [[] for _ in settings]
     outputs: list[list[list[int]]] = [[] for _ in settings]
     for _ in range(args.repeats):  # rounds interleave the settings: host drift hits them alike
         for i, llm in enumerate(engines):
-            got_rates, got_decode, got = time_round(llm, prompts, args)
+            got_rates, got_decode, got_first, got = time_round(llm, prompts, args)
             rates[i] += got_rates
             decode_rates[i] += got_decode
+            first_ms[i] += got_first
             outputs[i] = got
-    rows = [summary(k, graphed, lookahead, llm, rates[i], decode_rates[i], outputs[i], stats0[i])
+    rows = [summary(k, graphed, lookahead, llm, rates[i], decode_rates[i], first_ms[i], outputs[i], stats0[i])
             for i, ((k, graphed, lookahead), llm) in enumerate(zip(settings, engines, strict=True))]
     base = rows[0]
     for row in rows:
@@ -119,14 +125,14 @@ def main() -> None:
         row["decode_ratio_vs_off"] = row["decode_tok_s_median"] / base["decode_tok_s_median"]
         row["identical_to_off"] = row["outputs"] == base["outputs"]
     args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1))
-    print(f"{'setting':<14} {'tok/s':>8} {'x off':>6} {'decode':>8} {'x off':>6} {'accept len':>10} {'same':>5} "
-          f"{'graphed':>8}  eager reasons")
+    print(f"{'setting':<14} {'tok/s':>8} {'x off':>6} {'decode':>8} {'x off':>6} {'1st ms':>7} {'accept len':>10} "
+          f"{'same':>5} {'graphed':>8}  eager reasons")
     for row in rows:
         name = "off" if not row["k"] else f"K={row['k']}" + ("" if row["graphed"] else " eager") + (
             " no-ahead" if row["k"] and row["graphed"] and not row["lookahead"] else "")
         accept = f"{row['mean_acceptance_length']:.2f}" if row["k"] else "-"
         print(f"{name:<14} {row['tok_s_median']:8.1f} {row['ratio_vs_off']:6.2f} {row['decode_tok_s_median']:8.1f} "
-              f"{row['decode_ratio_vs_off']:6.2f} {accept:>10} "
+              f"{row['decode_ratio_vs_off']:6.2f} {row['first_token_ms_median']:7.1f} {accept:>10} "
               f"{row['identical_to_off']!s:>5} {row.get('graphed_steps', '-')!s:>8}  {row['eager_reasons']}")
 
 
