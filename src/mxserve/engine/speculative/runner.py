@@ -24,9 +24,11 @@ instead (`step_graphs`: draft, verify as one decode row per position, rollback +
 device), with the same verification and the same tokens; a decode without drafts samples with the
 sampler's draw, as on the eager step. When prefill chunks join the decodes (continuous batching),
 the decodes still replay and only the prefill chunks run eager (`SPLIT_STEP` in `eager_stats`). The
-scheduler keeps a step's verify rows within the graphs' largest bucket (`max_verify_rows`). `MXSERVE_SPEC_GRAPHS`: `auto` (default: on CUDA), `0` (every
-step eager, the switch back), `1` (also on the CPU, the static buffers without capture: tests). `MXSERVE_SPEC_LOOKAHEAD=1` adds
-the draft lookahead (`step_graphs`), off by default (measured no faster on the H200).
+scheduler keeps a step's verify rows within the graphs' largest bucket (`max_verify_rows`).
+
+`MXSERVE_SPEC_GRAPHS`: `auto` (default: on CUDA), `0` (every step eager, the switch back), `1` (also
+on the CPU, the static buffers without capture: tests). `MXSERVE_SPEC_LOOKAHEAD=1` adds the draft
+lookahead (`step_graphs`), off by default (measured no faster on the H200).
 """
 
 from __future__ import annotations
