@@ -16,17 +16,10 @@
 #   run(command="bash benchmarks/gpu_s10_call2.sh", carry=[".tc"], timeout_s=590)
 source benchmarks/gpu_s5_env.sh
 stamp "train the draft on self data"
-timeout 420 python3 tools/dspark/train_draft.py --model src/mxserve/default_model --self-windows "${SELF_WINDOWS:-2048}" \
-    --out /tmp/dspark/default_model_dspark --time-budget-s "${BUDGET:-260}" --self-gen-s 60 --device cuda \
-    --seq-len 256 --batch 16 --anchors 32 --feature-batch 32 --log-every 100 --eval-every-s 40 \
-    --feature-share 0.5 --init-from-draft --final-prompts 0 > "$R/train.log" 2>&1
-echo "exit $?"; grep -E "self data|features:|eval step|loss .* over" "$R/train.log" | cut -c1-200 | tail -n 14
-cp /tmp/dspark/default_model_dspark-train/summary.json /tmp/dspark/default_model_dspark-train/loss.csv "$R/" 2>/dev/null
-[ -f /tmp/dspark/default_model_dspark/config.json ] || { tail -n 20 "$R/train.log"; gpu_s5_pack; exit 1; }
+train_self_draft 420 --self-windows "${SELF_WINDOWS:-2048}" --time-budget-s "${BUDGET:-260}" \
+    --self-gen-s 60 --feature-share 0.5 || { gpu_s5_pack; exit 1; }
 stamp "ship into the device's packaged model"
-python3 tools/dspark/ship_draft.py /tmp/dspark/default_model_dspark src/mxserve/default_model 2>&1 | tail -n 3
-tar -C src/mxserve/default_model -czf "$OUT/shipped_draft.tgz" model-dspark-draft.safetensors \
-    model.safetensors.index.json config.json mxserve-manifest.json
+ship_self_draft
 stamp "GPU tests: graphed speculation (lookahead on and off), the new draft"
 spec_gpu_tests 60
 stamp "spec_decode benchmark with the new draft, interleaved"

@@ -7,17 +7,9 @@
 #   run(command="bash benchmarks/gpu_s11_call6.sh", carry=[".tc"], timeout_s=370)
 source benchmarks/gpu_s5_env.sh
 stamp "train round 2 on fresh self data"
-timeout 300 python3 tools/dspark/train_draft.py --model src/mxserve/default_model --self-windows 4096 --seed 11 \
-    --out /tmp/dspark/default_model_dspark --time-budget-s 180 --self-gen-s 45 --device cuda \
-    --seq-len 256 --batch 16 --anchors 32 --feature-batch 32 --log-every 100 --eval-every-s 40 \
-    --feature-share 0.2 --init-from-draft --final-prompts 0 > "$R/train.log" 2>&1
-echo "exit $?"; grep -E "self data:.*held|features:|eval step|loss .* over" "$R/train.log" | cut -c1-200 | tail -n 10
-cp /tmp/dspark/default_model_dspark-train/summary.json /tmp/dspark/default_model_dspark-train/loss.csv "$R/" 2>/dev/null
-[ -f /tmp/dspark/default_model_dspark/config.json ] || { tail -n 20 "$R/train.log"; gpu_s5_pack; exit 1; }
+train_self_draft 300 --self-windows 4096 --seed 11 --time-budget-s 180 --self-gen-s 45 --feature-share 0.2 || { gpu_s5_pack; exit 1; }
 stamp "ship into the device's packaged model"
-python3 tools/dspark/ship_draft.py /tmp/dspark/default_model_dspark src/mxserve/default_model 2>&1 | tail -n 1 | cut -c1-200
-tar -C src/mxserve/default_model -czf "$OUT/shipped_draft.tgz" model-dspark-draft.safetensors \
-    model.safetensors.index.json config.json mxserve-manifest.json
+ship_self_draft
 stamp "spec_decode benchmark with the round-2 draft, interleaved"
 spec_bench 90 --ks 3 7
 gpu_s5_pack

@@ -9,17 +9,10 @@
 #   run(command="bash benchmarks/gpu_s12_call2.sh", carry=[".tc"], timeout_s=590)
 source benchmarks/gpu_s5_env.sh
 stamp "train round 3 on fresh self data, cosine lr"
-timeout 450 python3 tools/dspark/train_draft.py --model src/mxserve/default_model --self-windows 6144 --seed 23 \
-    --out /tmp/dspark/default_model_dspark --time-budget-s 280 --self-gen-s 100 --device cuda \
-    --seq-len 256 --batch 16 --anchors 32 --feature-batch 32 --log-every 100 --eval-every-s 40 \
-    --feature-share 0.15 --lr 5e-4 --lr-schedule cosine --init-from-draft --final-prompts 0 > "$R/train.log" 2>&1
-echo "exit $?"; grep -E "self data:.*held|features:|eval step|loss .* over" "$R/train.log" | cut -c1-200 | tail -n 12
-cp /tmp/dspark/default_model_dspark-train/summary.json /tmp/dspark/default_model_dspark-train/loss.csv "$R/" 2>/dev/null
-[ -f /tmp/dspark/default_model_dspark/config.json ] || { tail -n 20 "$R/train.log"; gpu_s5_pack; exit 1; }
+train_self_draft 450 --self-windows 6144 --seed 23 --time-budget-s 280 --self-gen-s 100 \
+    --feature-share 0.15 --lr 5e-4 --lr-schedule cosine || { gpu_s5_pack; exit 1; }
 stamp "ship into the device's packaged model"
-python3 tools/dspark/ship_draft.py /tmp/dspark/default_model_dspark src/mxserve/default_model 2>&1 | tail -n 1 | cut -c1-200
-tar -C src/mxserve/default_model -czf "$OUT/shipped_draft.tgz" model-dspark-draft.safetensors \
-    model.safetensors.index.json config.json mxserve-manifest.json
+ship_self_draft
 stamp "spec_decode with the round-3 draft, interleaved"
 spec_bench 100 --ks 3 7 --eager-ks
 gpu_s5_pack

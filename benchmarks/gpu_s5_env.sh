@@ -31,3 +31,22 @@ spec_bench() {
         --out "$R/spec.json" > "$R/spec.log" 2>&1
     echo "exit $?"; tail -n 6 "$R/spec.log" | cut -c1-300
 }
+
+# The DSpark draft's self-distillation rounds (session 10-12 call scripts):
+#   train_self_draft SECONDS [train_draft.py options]  — continues the packaged draft; 1 when no checkpoint came out
+#   ship_self_draft  — puts it into the device's packaged model and returns it as $OUT/shipped_draft.tgz
+DRAFT_OUT=/tmp/dspark/default_model_dspark
+train_self_draft() {
+    local limit=$1; shift
+    timeout "$limit" python3 tools/dspark/train_draft.py --model src/mxserve/default_model --out "$DRAFT_OUT" \
+        --device cuda --seq-len 256 --batch 16 --anchors 32 --feature-batch 32 --log-every 100 --eval-every-s 40 \
+        --init-from-draft --final-prompts 0 "$@" > "$R/train.log" 2>&1
+    echo "exit $?"; grep -E "self data:.*held|features:|eval step|loss .* over" "$R/train.log" | cut -c1-200 | tail -n 14
+    cp "$DRAFT_OUT-train/summary.json" "$DRAFT_OUT-train/loss.csv" "$R/" 2>/dev/null
+    [ -f "$DRAFT_OUT/config.json" ] || { tail -n 20 "$R/train.log"; return 1; }
+}
+ship_self_draft() {
+    python3 tools/dspark/ship_draft.py "$DRAFT_OUT" src/mxserve/default_model 2>&1 | tail -n 1 | cut -c1-200
+    tar -C src/mxserve/default_model -czf "$OUT/shipped_draft.tgz" model-dspark-draft.safetensors \
+        model.safetensors.index.json config.json mxserve-manifest.json
+}
