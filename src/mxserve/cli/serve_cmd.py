@@ -46,6 +46,9 @@ def serve(
     speculative_config: Annotated[str | None, typer.Option(
         "--speculative-config", help='DSpark speculative decoding as JSON, e.g. \'{"method": "dspark", '
         '"num_speculative_tokens": 7}\' (keys: draft_sample_method, rejection_sample_method); docs/speculative.md.')] = None,
+    lazy_graph_capture: Annotated[bool, typer.Option(
+        "--lazy-graph-capture", help="Capture each CUDA-graph batch bucket on first use instead of before the first "
+        "request (starts faster; the first step at each new batch size then stalls every running request).")] = False,
 ) -> None:
     """Serve a DeepSeek-V4 checkpoint over an OpenAI-compatible HTTP API."""
     from mxserve.config.engine_config import EngineConfig
@@ -62,7 +65,8 @@ def serve(
                                      speculative_config=speculative_config)
         names = tuple(served_model_name or (_default_name(model),))
         server_config = ServerConfig(served_model_names=names, api_key=api_key, max_body_bytes=max_body_bytes,
-                                     max_pending_requests=max_pending_requests, shutdown_grace_s=shutdown_grace)
+                                     max_pending_requests=max_pending_requests, shutdown_grace_s=shutdown_grace,
+                                     capture_graphs_at_start=not lazy_graph_capture)
     except ValueError as exc:
         typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None

@@ -9,11 +9,14 @@ forward that is not capturable. A step in which prefill chunks join decodes is s
 the decodes replay, the prefill chunks run eager (`ModelRunner._split_step`).
 
 `DecodeGraphs` is the model-specific part: one graph of `DeepseekV4Model.decode_forward` per
-bucket, captured on first use of that bucket (not at startup: a bucket the workload never reaches
-costs nothing), against static device buffers (`DecodeBatch`: tokens, positions, padded block
-tables) sized by the engine's `DecodeGeometry` (max_model_len). Each step the host fills pinned
-buffers (`build_decode_batch`, which validates what a device check would sync for), copies them
-into the static buffers without a synchronisation, and replays.
+bucket, against static device buffers (`DecodeBatch`: tokens, positions, padded block tables)
+sized by the engine's `DecodeGeometry` (max_model_len). A bucket is captured on first use, or
+ahead of traffic by `prepare` (what `LLMEngine.capture_graphs` does for a server at start-up: a
+capture costs ~0.1-0.3 s, and one in the middle of serving stalls every running request). The
+capture runs on all-padding buffers: padding rows have no pages, so they write nothing and the
+capture cannot disturb a cache. Each step the host fills pinned buffers (`build_decode_batch`,
+which validates what a device check would sync for), copies them into the static buffers without
+a synchronisation, and replays.
 
 `GraphCapturer` is how every graph here and in the speculative step is made: one plain call (lazy
 one-time work such as stacking experts or caching a device scalar may sync), one call under
@@ -71,6 +74,30 @@ def bucket_for(batch_size: int, buckets: Sequence[int] = BUCKETS) -> int | None:
     if batch_size <= 0:
         return None
     return next((b for b in sorted(buckets) if b >= batch_size), None)
+
+
+def buckets_up_to(batch_size: int, buckets: Sequence[int] = BUCKETS) -> tuple[int, ...]:
+    """Every bucket a batch of 1 .. batch_size can land in (all of them when batch_size is above the
+    largest: bigger batches run eager, or are split by the scheduler)."""
+    top = bucket_for(batch_size, buckets) or max(buckets)
+    return tuple(b for b in sorted(buckets) if b <= top)
+
+
+@dataclass(frozen=True)
+class CaptureReport:
+    """What `LLMEngine.capture_graphs` made ready before traffic."""
+
+    buckets: dict[str, tuple[int, ...]]  # graphed part ("decode"; "draft", "verify") → buckets captured
+    unavailable: str | None  # why steps cannot replay graphs (they all run eager), or None
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        if not self.buckets and self.unavailable is None:
+            return "CUDA graphs: nothing to capture (no graphed step on this engine)"
+        parts = "; ".join(f"{part} buckets {', '.join(map(str, b)) or 'none'}" for part, b in self.buckets.items())
+        if self.unavailable is not None:
+            return f"CUDA graphs unavailable, steps run eager: {self.unavailable}" + (f" ({parts})" if parts else "")
+        return f"CUDA graphs: captured {parts} in {self.seconds:.1f} s"
 
 
 def pad_to_bucket(values: torch.Tensor, bucket: int, fill: float | int = 0) -> torch.Tensor:
@@ -248,23 +275,35 @@ class DecodeGraphs:
     def captured_buckets(self) -> tuple[int, ...]:
         return tuple(sorted(b for b, g in self._graphs.items() if g.graph is not None))
 
+    def prepare(self, bucket: int) -> bool:
+        """Make `bucket` ready to run (captured, on CUDA); False, with `unavailable` set, when the
+        decode forward cannot be graphed (set once, never retried)."""
+        if self.unavailable is not None:
+            return False
+        if bucket in self._graphs:
+            return True
+        pin = self.device.type == "cuda"
+        entry = _DecodeGraph(DecodeBatch.empty(bucket, self.geometry, device=self.device),
+                             DecodeBatch.empty(bucket, self.geometry, pin_memory=pin), None, None, None)
+        if self.capture:
+            self.unavailable = self._capture(entry)
+            if self.unavailable is not None:
+                return False
+        self._graphs[bucket] = entry
+        return True
+
     def run(self, token_ids: Sequence[int] | torch.Tensor, seq_ids: Sequence, positions: Sequence[int], bucket: int
             ) -> torch.Tensor | None:
         """Logits [n, vocab] (fp32, on the device) of one decode step of n = len(token_ids) sequences.
         `token_ids` may be a device tensor (the previous step's sampled tokens, not yet read by the
         host: the decode lookahead): it is copied into the static buffer on the stream, after the
         host batch, so nothing waits for it."""
-        if self.unavailable is not None:
+        if not self.prepare(bucket):
             return None
         fed = token_ids if isinstance(token_ids, torch.Tensor) else None
         if fed is not None:
             token_ids = [0] * len(seq_ids)  # placeholders: the host batch checks and pads them
-        entry = self._graphs.get(bucket)
-        fresh = entry is None
-        if fresh:
-            pin = self.device.type == "cuda"
-            entry = _DecodeGraph(DecodeBatch.empty(bucket, self.geometry, device=self.device),
-                                 DecodeBatch.empty(bucket, self.geometry, pin_memory=pin), None, None, None)
+        entry = self._graphs[bucket]
         if entry.copied is not None:
             entry.copied.synchronize()  # the previous step's copy has read the pinned buffers
         build_decode_batch(token_ids, seq_ids, positions, self.state, self.geometry, num_rows=bucket, out=entry.host)
@@ -274,17 +313,9 @@ class DecodeGraphs:
         if self.device.type == "cuda":
             entry.copied = torch.cuda.Event()
             entry.copied.record()
-        if not self.capture:
-            self._graphs[bucket] = entry  # the buffers are reused, as a captured bucket's are
+        if entry.graph is None:
             self.num_static_steps += 1
             return self.model.decode_forward(entry.static, self.state, self.geometry)[: len(token_ids)]
-        if fresh:
-            # The probe and warm-ups run this step's real inputs: a decode step is idempotent (it writes
-            # the same bytes to the same slots again), so the replay below is still this step.
-            self.unavailable = self._capture(entry)
-            if self.unavailable is not None:
-                return None
-            self._graphs[bucket] = entry
         entry.graph.replay()
         self.num_replays += 1
         return entry.logits[: len(token_ids)]
@@ -310,7 +341,8 @@ class DecodeGraphs:
         return seconds
 
     def _capture(self, entry: _DecodeGraph) -> str | None:
-        """Capture `entry`'s bucket: None, or why the decode forward cannot be graphed."""
+        """Capture `entry`'s bucket on its all-padding static buffers: None, or why the decode forward
+        cannot be graphed."""
         try:
             entry.graph, entry.logits = self._capturer.capture(
                 lambda: self.model.decode_forward(entry.static, self.state, self.geometry), "decode forward")

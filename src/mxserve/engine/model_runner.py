@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mxserve.engine.cuda_graphs import DecodeGraphs, EagerStats, GraphDecision, decide, static_decode_buffers
+from mxserve.engine.cuda_graphs import (
+    CaptureReport,
+    DecodeGraphs,
+    EagerStats,
+    GraphDecision,
+    buckets_up_to,
+    decide,
+    static_decode_buffers,
+)
 from mxserve.engine.decode_lookahead import (
     Lookahead,
     LookaheadStats,
@@ -89,6 +97,17 @@ class ModelRunner:
         if max_model_len is not None and getattr(model, "supports_cuda_graphs", False) and not enforce_eager:
             geometry = DecodeGeometry.for_positions(model.config, cache_state.block_size, max_model_len)
             self.decode_graphs = DecodeGraphs(model, cache_state, geometry, device, capture=device.type == "cuda")
+
+    def capture_graphs(self, max_batch: int) -> CaptureReport:
+        """Capture the decode graph of every bucket a batch of up to `max_batch` requests uses, ahead of
+        traffic (`LLMEngine.capture_graphs`); nothing where decode steps do not replay graphs."""
+        graphs = self.decode_graphs
+        if graphs is None or not graphs.capture:
+            return CaptureReport({}, None)
+        for bucket in buckets_up_to(max_batch, graphs.buckets):
+            if not graphs.prepare(bucket):
+                break
+        return CaptureReport({"decode": graphs.captured_buckets()}, graphs.unavailable)
 
     def release(self, request_ids) -> None:
         """Forget finished, aborted or preempted requests' tables (the block manager owns the pages)."""

@@ -29,8 +29,10 @@ logger = logging.getLogger("mxserve.server")
 
 def build_engine(engine_config: EngineConfig, server_config: ServerConfig, metrics: ServerMetrics,
                  *, progress: bool = False) -> AsyncEngine:
-    return AsyncEngine(LLMEngine(engine_config, progress=progress), max_pending=server_config.max_pending_requests,
-                       on_finished=metrics.observe_finished)
+    engine = LLMEngine(engine_config, progress=progress)
+    if server_config.capture_graphs_at_start:
+        engine.capture_graphs()
+    return AsyncEngine(engine, max_pending=server_config.max_pending_requests, on_finished=metrics.observe_finished)
 
 
 def build_app(engine: AsyncEngine, config: ServerConfig, metrics: ServerMetrics) -> FastAPI:

@@ -22,6 +22,9 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger bodies get 413
     max_pending_requests: int = 1024  # engine requests (one per prompt) in flight before 503
     shutdown_grace_s: float = 10.0  # in-flight requests get this long to finish on shutdown
+    # capture every CUDA-graph bucket before the first request (LLMEngine.capture_graphs); False:
+    # each on first use, a stall of every running request the first time a batch size appears
+    capture_graphs_at_start: bool = True
 
     def __post_init__(self) -> None:
         if not self.served_model_names or not all(isinstance(n, str) and n for n in self.served_model_names):

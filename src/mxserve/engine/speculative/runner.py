@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from mxserve.config.speculative_config import SpeculativeConfig
+from mxserve.engine.cuda_graphs import CaptureReport, buckets_up_to
 from mxserve.engine.logprobs import compute_logprobs, gather_logprobs
 from mxserve.engine.model_runner import ModelRunner, RequestSampling, StepResult
 from mxserve.engine.sampling_params import mix_seed
@@ -119,6 +120,17 @@ class SpeculativeModelRunner(ModelRunner):
         return SpecStepGraphs(self.model, self.draft, self.windows, self.cache_state, geometry, self.device,
                               block_width=self.block_width, aux_layer_ids=self.aux_layer_ids,
                               capture=cuda and not enforce_eager, device_verdicts=self.draft_lookahead)
+
+    def capture_graphs(self, max_batch: int) -> CaptureReport:
+        """Capture the step graphs every batch of up to `max_batch` requests uses, ahead of traffic: the
+        draft per request bucket, the verify and rollback/commit per row bucket (up to K + 1 rows a
+        request, within the largest bucket); nothing where steps do not replay graphs."""
+        graphs = self.step_graphs
+        if graphs is None or not graphs.capture:
+            return CaptureReport({}, None)
+        graphs.prepare(draft_buckets=buckets_up_to(max_batch, graphs.buckets),
+                       verify_buckets=buckets_up_to(max_batch * (self.block_width + 1), graphs.buckets))
+        return CaptureReport(graphs.captured_buckets(), graphs.unavailable)
 
     # ------------------------------------------------------------------ the step
     def execute(self, step: SchedulerOutput, sampling: Mapping[str, RequestSampling]) -> StepResult:

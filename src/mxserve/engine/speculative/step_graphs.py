@@ -17,7 +17,7 @@ default model, almost all of it host overhead):
 Why the verify rows give plain decoding's bits: a row computes what a one-token decode at its
 position computes (the decode path is batch invariant and writes every row's entries before any
 row reads them; `DeepseekV4Model.decode_forward_with_aux`). Graphs are captured per bucket on
-first use, on all-padding buffers (padding rows have no pages: they write nothing, so capture
+first use (or ahead of traffic: `prepare`), on all-padding buffers (padding rows have no pages: they write nothing, so capture
 and warm-up cannot disturb a cache), after a sync probe as `DecodeGraphs` does; any failure
 makes the graphs unavailable with the reason, and the runner goes back to the eager step.
 `capture=False` runs the same static-buffer functions without graphs (the CPU tests).
@@ -122,13 +122,9 @@ class SpecStepGraphs:
         if ahead is not None:
             self._last_draft = (ahead, n)
             return ahead.block_tokens[:n]
-        bucket = bucket_for(n, self.buckets)
-        entry = self._drafts.get(bucket)
+        entry = self._draft_entry(bucket_for(n, self.buckets))
         if entry is None:
-            entry = _DraftEntry(self._new_staged(bucket))
-            if not self._prepare(lambda: self._capture_draft(entry)):
-                return None
-            self._drafts[bucket] = entry
+            return None
         self._stage(entry.staged, anchors, seq_ids, anchor_positions)
         self._replay_draft(entry)
         self._last_draft = (entry, n)
@@ -143,18 +139,9 @@ class SpecStepGraphs:
         if self.unavailable is not None:
             return None
         n = len(positions)
-        bucket = bucket_for(n, self.buckets)
-        entry = self._verifies.get(bucket)
+        entry = self._verify_entry(bucket_for(n, self.buckets))
         if entry is None:
-            staged = self._new_staged(bucket)
-            pin = self.device.type == "cuda"
-            entry = _VerifyEntry(staged, torch.ones(bucket, dtype=torch.bool, device=self.device),
-                                 torch.ones(bucket, dtype=torch.bool, pin_memory=pin),
-                                 _padding_meta(bucket, self.device), _padding_meta(bucket, "cpu").pin_memory()
-                                 if pin else _padding_meta(bucket, "cpu"))
-            if not self._prepare(lambda: self._capture_verify(entry)):
-                return None
-            self._verifies[bucket] = entry
+            return None
         self._stage(entry.staged, [0] * n, seq_ids, positions)
         if self.device_verdicts:
             self._stage_meta(entry, segments)
@@ -256,6 +243,49 @@ class SpecStepGraphs:
             entry.block_tokens = self._draft_fn(entry)
 
     # ------------------------------------------------------------------ staging and capture
+    def prepare(self, *, draft_buckets: Sequence[int], verify_buckets: Sequence[int]) -> bool:
+        """Capture these buckets ahead of traffic (`LLMEngine.capture_graphs`): the draft part per
+        request bucket, the verify and rollback/commit parts per row bucket. False, with
+        `unavailable` set, when a part cannot be graphed."""
+        return (all(self._draft_entry(b) is not None for b in draft_buckets)
+                and all(self._verify_entry(b) is not None for b in verify_buckets))
+
+    def captured_buckets(self) -> dict[str, tuple[int, ...]]:
+        """Part → buckets captured (empty without capture)."""
+        if not self.capture:
+            return {}
+        return {"draft": tuple(sorted(self._drafts)), "verify": tuple(sorted(self._verifies))}
+
+    def _draft_entry(self, bucket: int) -> _DraftEntry | None:
+        """`bucket`'s draft part, captured on first use; None when graphs are unavailable."""
+        if self.unavailable is not None:
+            return None
+        entry = self._drafts.get(bucket)
+        if entry is None:
+            entry = _DraftEntry(self._new_staged(bucket))
+            if not self._prepare(lambda: self._capture_draft(entry)):
+                return None
+            self._drafts[bucket] = entry
+        return entry
+
+    def _verify_entry(self, bucket: int) -> _VerifyEntry | None:
+        """`bucket`'s verify and rollback/commit parts, captured on first use; None when graphs are
+        unavailable."""
+        if self.unavailable is not None:
+            return None
+        entry = self._verifies.get(bucket)
+        if entry is None:
+            staged = self._new_staged(bucket)
+            pin = self.device.type == "cuda"
+            entry = _VerifyEntry(staged, torch.ones(bucket, dtype=torch.bool, device=self.device),
+                                 torch.ones(bucket, dtype=torch.bool, pin_memory=pin),
+                                 _padding_meta(bucket, self.device), _padding_meta(bucket, "cpu").pin_memory()
+                                 if pin else _padding_meta(bucket, "cpu"))
+            if not self._prepare(lambda: self._capture_verify(entry)):
+                return None
+            self._verifies[bucket] = entry
+        return entry
+
     def _stage_meta(self, entry: _VerifyEntry, segments: Sequence[int]) -> None:
         if entry.meta_copied is not None:
             entry.meta_copied.synchronize()
