@@ -1,7 +1,7 @@
 """Speculation at batch sizes the step graphs do not fit, and under continuous batching.
 
 The scheduler cuts every decoding request's drafts evenly so the step's verify rows (1 + drafts
-each) fit `max_verify_rows`, the step graphs' largest bucket, down to plain decodes (0 drafts); the
+each) fit `max_verify_rows`, the step graphs' largest verify bucket, down to plain decodes (0 drafts); the
 graphed step runs such chunks (no draft, one verify row each); a step in which prefill chunks join
 the decodes replays the graphs for the decodes and runs only the prefill chunks eager. All on the
 CPU through the static buffers (`MXSERVE_SPEC_GRAPHS=1`), the graphs' small buckets forced so the
@@ -51,6 +51,25 @@ def test_drafts_are_cut_evenly_so_the_verify_rows_fit(num_requests, max_verify_r
     assert got == [drafts] * num_requests
 
 
+@pytest.mark.parametrize(("env", "rows"), [(None, 512), ("64", 64), ("128", 128)])
+def test_the_largest_verify_bucket_sets_the_row_limit(tiny_0731, monkeypatch, env, rows):
+    """MXSERVE_SPEC_VERIFY_MAX_ROWS picks the largest verify bucket, and the scheduler's limit is it."""
+    monkeypatch.setenv("MXSERVE_SPEC_GRAPHS", "1")
+    if env is not None:
+        monkeypatch.setenv("MXSERVE_SPEC_VERIFY_MAX_ROWS", env)
+    llm = LLM(str(tiny_0731), max_model_len=64, progress=False, speculative_config={"num_speculative_tokens": 3})
+    assert llm.engine.runner.step_graphs.verify_buckets[-1] == rows
+    assert llm.engine.scheduler.config.max_verify_rows == rows
+    assert llm.engine.runner.step_graphs.buckets[-1] == 64  # the draft part: requests, not rows
+
+
+def test_a_verify_row_limit_that_is_no_bucket_is_refused(tiny_0731, monkeypatch):
+    monkeypatch.setenv("MXSERVE_SPEC_GRAPHS", "1")
+    monkeypatch.setenv("MXSERVE_SPEC_VERIFY_MAX_ROWS", "100")
+    with pytest.raises(ValueError, match="MXSERVE_SPEC_VERIFY_MAX_ROWS='100'"):
+        LLM(str(tiny_0731), max_model_len=64, progress=False, speculative_config={"num_speculative_tokens": 3})
+
+
 def test_max_verify_rows_is_validated():
     with pytest.raises(ValueError, match="max_verify_rows"):
         SchedulerConfig(max_model_len=64, max_verify_rows=-1)
@@ -58,10 +77,10 @@ def test_max_verify_rows_is_validated():
 
 def small_buckets(llm: LLM, buckets: tuple[int, ...], max_verify_rows: int) -> None:
     """Shrink the step graphs' buckets and the scheduler's row limit with them (the engine wires
-    the limit to the largest bucket, 64 by default)."""
+    the limit to the largest verify bucket, 512 by default)."""
     runner = llm.engine.runner
-    assert llm.engine.scheduler.config.max_verify_rows == runner.max_verify_rows == 64
-    runner.step_graphs.buckets = buckets
+    assert llm.engine.scheduler.config.max_verify_rows == runner.max_verify_rows == 512
+    runner.step_graphs.buckets = runner.step_graphs.verify_buckets = buckets
     llm.engine.scheduler.config = replace(llm.engine.scheduler.config, max_verify_rows=max_verify_rows)
 
 

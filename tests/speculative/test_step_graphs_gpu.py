@@ -43,16 +43,19 @@ def test_gpu_graphed_speculation_equals_plain_and_the_eager_step(monkeypatch, k,
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
-def test_gpu_large_batch_cuts_drafts_and_replays_instead_of_running_eager(monkeypatch):
-    """24 requests at K = 7 would verify 192 rows, above the largest bucket (64): the scheduler cuts
-    the drafts (64 // 24 − 1 = 1), so the steps replay the graphs (the serving sweep's N = 64 ran every
-    step eager before, ~80 ms each). Prompts arrive in chunks beside decodes (a 64-token step budget),
-    so prefill chunks run eager beside graphed decodes. Tokens equal plain decoding."""
+@pytest.mark.parametrize(("max_rows", "budget"), [("64", 64), ("512", 256)])
+def test_gpu_large_batch_cuts_drafts_and_replays_instead_of_running_eager(monkeypatch, max_rows, budget):
+    """24 requests at K = 7 would verify 192 rows. With 64-row verify buckets the scheduler cuts the
+    drafts (64 // 24 − 1 = 1); with the default 512 and a 256-token step budget (drafts count in it)
+    steps verify more than 64 rows. Either way the steps replay the graphs (the serving sweep's N = 64
+    ran every step eager before, ~80 ms each). Prompts arrive in chunks beside decodes, so prefill
+    chunks run eager beside graphed decodes. Tokens equal plain decoding."""
     prompts = [[0, *range(7, 7 + n)] for n in range(3, 51, 2)]
     monkeypatch.setenv("MXSERVE_SPEC_GRAPHS", "auto")
+    monkeypatch.setenv("MXSERVE_SPEC_VERIFY_MAX_ROWS", max_rows)
     params = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)
     opts = dict(device="cuda", max_model_len=512, kernel_overrides=ALL_TRITON, progress=False,
-                max_num_batched_tokens=64, long_prefill_token_threshold=32)
+                max_num_batched_tokens=budget, long_prefill_token_threshold=32)
     want = [list(o.outputs[0].token_ids) for o in LLM(**opts).generate(prompts, params)]
     spec = LLM(**opts, speculative_config={"method": "dspark", "num_speculative_tokens": 7})
     got = [list(o.outputs[0].token_ids) for o in spec.generate(prompts, params)]
@@ -61,3 +64,5 @@ def test_gpu_large_batch_cuts_drafts_and_replays_instead_of_running_eager(monkey
     reasons = dict(runner.eager_stats.counts)
     assert runner.step_graphs.unavailable is None and not any("largest bucket" in r for r in reasons), reasons
     assert runner.step_graphs.num_steps > 0 and spec.engine.spec_decode_stats.num_verifies > 0
+    largest = max(runner.step_graphs.captured_buckets()["verify"])
+    assert largest <= 64 if max_rows == "64" else largest > 64

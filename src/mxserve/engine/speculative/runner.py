@@ -29,6 +29,7 @@ scheduler keeps a step's verify rows within the graphs' largest bucket (`max_ver
 `MXSERVE_SPEC_GRAPHS`: `auto` (default: on CUDA), `0` (every step eager, the switch back), `1` (also
 on the CPU, the static buffers without capture: tests). `MXSERVE_SPEC_LOOKAHEAD=1` adds the draft
 lookahead (`step_graphs`), off by default (measured no faster on the H200).
+`MXSERVE_SPEC_VERIFY_MAX_ROWS` (default 512) is the largest verify bucket, which caps a step's rows.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from mxserve.engine.scheduler_output import RunnerOutput, ScheduledChunk, Schedu
 from mxserve.engine.speculative.metrics import SpecDecodeStats
 from mxserve.engine.speculative.probs import processed_probs, sample_from
 from mxserve.engine.speculative.rollback import CacheSnapshot
-from mxserve.engine.speculative.step_graphs import SpecStepGraphs
+from mxserve.engine.speculative.step_graphs import SpecStepGraphs, verify_buckets_from_env
 from mxserve.engine.speculative.verify import Verdict, verify_block, verify_greedy, verify_standard
 from mxserve.model.decode_batch import DecodeGeometry
 from mxserve.model.deepseek_v4 import DeepseekV4Model
@@ -105,7 +106,7 @@ class SpeculativeModelRunner(ModelRunner):
     @property
     def max_verify_rows(self) -> int:
         """The most rows a graphed step verifies (its largest bucket); 0 without step graphs."""
-        return self.step_graphs.buckets[-1] if self.step_graphs is not None else 0
+        return self.step_graphs.verify_buckets[-1] if self.step_graphs is not None else 0
 
     def _new_step_graphs(self, max_model_len: int | None, enforce_eager: bool) -> SpecStepGraphs | None:
         """The graphed step (module docstring), or None where it is switched off or cannot run."""
@@ -119,7 +120,8 @@ class SpeculativeModelRunner(ModelRunner):
         geometry = DecodeGeometry.for_positions(self.model.config, self.cache_state.block_size, max_model_len)
         return SpecStepGraphs(self.model, self.draft, self.windows, self.cache_state, geometry, self.device,
                               block_width=self.block_width, aux_layer_ids=self.aux_layer_ids,
-                              capture=cuda and not enforce_eager, device_verdicts=self.draft_lookahead)
+                              verify_buckets=verify_buckets_from_env(), capture=cuda and not enforce_eager,
+                              device_verdicts=self.draft_lookahead)
 
     def capture_graphs(self, max_batch: int) -> CaptureReport:
         """Capture the step graphs every batch of up to `max_batch` requests uses, ahead of traffic: the
@@ -129,7 +131,7 @@ class SpeculativeModelRunner(ModelRunner):
         if graphs is None or not graphs.capture:
             return CaptureReport({}, None)
         graphs.prepare(draft_buckets=buckets_up_to(max_batch, graphs.buckets),
-                       verify_buckets=buckets_up_to(max_batch * (self.block_width + 1), graphs.buckets))
+                       verify_buckets=buckets_up_to(max_batch * (self.block_width + 1), graphs.verify_buckets))
         return CaptureReport(graphs.captured_buckets(), graphs.unavailable)
 
     # ------------------------------------------------------------------ the step

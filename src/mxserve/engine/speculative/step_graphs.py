@@ -5,9 +5,9 @@ single-stream speculative decoding is nothing else) runs as three graph replays
 and one host read, instead of an eager chunked forward (~100x the device time of the small
 default model, almost all of it host overhead):
 
-1. **draft** (bucket of B requests): `DSparkDraft.greedy_drafts` over static buffers (anchor
+1. **draft** (bucket of B requests, up to 64): `DSparkDraft.greedy_drafts` over static buffers (anchor
    tokens, anchor positions, window-pool tables) → block tokens [B, K + 1] = anchor, K drafts;
-2. **verify** (bucket of R = Σ (k_b + 1) rows): each row's token copied on the device from the
+2. **verify** (bucket of R = Σ (k_b + 1) rows, up to 512: `VERIFY_BUCKETS`): each row's token copied on the device from the
    draft's output; `RowSnapshot.take` of the slots the rows write; `decode_forward_with_aux`
    with one row per verified position → logits [R, V] and the DSpark capture [R, ·];
 3. the runner reads the drafts and the target's choices in one transfer and verifies;
@@ -30,6 +30,7 @@ the host reads the step's tokens.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
@@ -45,6 +46,19 @@ from mxserve.model.dspark import DraftWindows, DSparkDraft
 from mxserve.model.kv_state import ModelCacheState, Pool
 
 logger = logging.getLogger("mxserve.engine")
+
+# Row buckets of the verify and rollback/commit parts: the decode buckets, then up to 512 rows, so 64
+# requests verify full K = 7 blocks (8 rows each) instead of having their drafts cut to 0 at 64 rows.
+VERIFY_BUCKETS: tuple[int, ...] = (*BUCKETS, 128, 256, 512)
+
+
+def verify_buckets_from_env() -> tuple[int, ...]:
+    """MXSERVE_SPEC_VERIFY_MAX_ROWS (default 512): the largest verify bucket; 64 gives the session-11
+    buckets (the decode ones), where a batch's drafts are cut to fit 64 rows."""
+    text = os.environ.get("MXSERVE_SPEC_VERIFY_MAX_ROWS", str(VERIFY_BUCKETS[-1]))
+    if text not in {str(b) for b in VERIFY_BUCKETS}:
+        raise ValueError(f"MXSERVE_SPEC_VERIFY_MAX_ROWS={text!r}: expected one of {list(VERIFY_BUCKETS)}")
+    return tuple(b for b in VERIFY_BUCKETS if b <= int(text))
 
 
 @dataclass
@@ -87,16 +101,20 @@ class _VerifyEntry:
 class SpecStepGraphs:
     def __init__(self, model, draft: DSparkDraft, windows: DraftWindows, state: ModelCacheState,
                  geometry: DecodeGeometry, device: torch.device, *, block_width: int, aux_layer_ids: Sequence[int],
-                 capture: bool = True, buckets: Sequence[int] = BUCKETS, warmup_iters: int = 2,
+                 capture: bool = True, buckets: Sequence[int] = BUCKETS,
+                 verify_buckets: Sequence[int] = VERIFY_BUCKETS, warmup_iters: int = 2,
                  device_verdicts: bool = False) -> None:
-        """`device_verdicts`: the verify graph also computes the greedy rejected rows (what the draft
-        lookahead needs: `finish_on_device`, `draft_ahead`); without it the host's rows are used."""
+        """`buckets`: request counts the draft part is captured for; `verify_buckets`: row counts of
+        the verify and rollback/commit parts. `device_verdicts`: the verify graph also computes the
+        greedy rejected rows (what the draft lookahead needs: `finish_on_device`, `draft_ahead`);
+        without it the host's rows are used."""
         self.model, self.draft, self.windows, self.state = model, draft, windows, state
         self.geometry, self.device = geometry, device
         self.block_width = block_width
         self.device_verdicts = device_verdicts
         self.aux_layer_ids = tuple(aux_layer_ids)
         self.capture, self.buckets = capture, tuple(sorted(buckets))
+        self.verify_buckets = tuple(sorted(verify_buckets))
         self.unavailable: str | None = None  # set once (never retried); the runner then runs eager
         self.num_steps = 0  # steps that ran here (evidence the graphed path ran)
         self._drafts: dict[int, _DraftEntry] = {}
@@ -108,7 +126,8 @@ class SpecStepGraphs:
         self._capturer = GraphCapturer(device, warmup_iters=warmup_iters)
 
     def fits(self, num_requests: int, num_rows: int) -> bool:
-        return bucket_for(num_requests, self.buckets) is not None and bucket_for(num_rows, self.buckets) is not None
+        return (bucket_for(num_requests, self.buckets) is not None
+                and bucket_for(num_rows, self.verify_buckets) is not None)
 
     # ------------------------------------------------------------------ the three parts
     def draft_tokens(self, anchors: Sequence[int], seq_ids: Sequence[Hashable], anchor_positions: Sequence[int]
@@ -139,7 +158,7 @@ class SpecStepGraphs:
         if self.unavailable is not None:
             return None
         n = len(positions)
-        entry = self._verify_entry(bucket_for(n, self.buckets))
+        entry = self._verify_entry(bucket_for(n, self.verify_buckets))
         if entry is None:
             return None
         self._stage(entry.staged, [0] * n, seq_ids, positions)
