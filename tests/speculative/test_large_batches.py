@@ -51,7 +51,7 @@ def test_drafts_are_cut_evenly_so_the_verify_rows_fit(num_requests, max_verify_r
     assert got == [drafts] * num_requests
 
 
-@pytest.mark.parametrize(("env", "rows"), [(None, 512), ("64", 64), ("128", 128)])
+@pytest.mark.parametrize(("env", "rows"), [(None, 64), ("512", 512), ("128", 128)])
 def test_the_largest_verify_bucket_sets_the_row_limit(tiny_0731, monkeypatch, env, rows):
     """MXSERVE_SPEC_VERIFY_MAX_ROWS picks the largest verify bucket, and the scheduler's limit is it."""
     monkeypatch.setenv("MXSERVE_SPEC_GRAPHS", "1")
@@ -77,9 +77,9 @@ def test_max_verify_rows_is_validated():
 
 def small_buckets(llm: LLM, buckets: tuple[int, ...], max_verify_rows: int) -> None:
     """Shrink the step graphs' buckets and the scheduler's row limit with them (the engine wires
-    the limit to the largest verify bucket, 512 by default)."""
+    the limit to the largest verify bucket, 64 by default)."""
     runner = llm.engine.runner
-    assert llm.engine.scheduler.config.max_verify_rows == runner.max_verify_rows == 512
+    assert llm.engine.scheduler.config.max_verify_rows == runner.max_verify_rows == 64
     runner.step_graphs.buckets = runner.step_graphs.verify_buckets = buckets
     llm.engine.scheduler.config = replace(llm.engine.scheduler.config, max_verify_rows=max_verify_rows)
 

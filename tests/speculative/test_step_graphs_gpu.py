@@ -45,8 +45,8 @@ def test_gpu_graphed_speculation_equals_plain_and_the_eager_step(monkeypatch, k,
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 @pytest.mark.parametrize(("max_rows", "budget"), [("64", 64), ("512", 256)])
 def test_gpu_large_batch_cuts_drafts_and_replays_instead_of_running_eager(monkeypatch, max_rows, budget):
-    """24 requests at K = 7 would verify 192 rows. With 64-row verify buckets the scheduler cuts the
-    drafts (64 // 24 − 1 = 1); with the default 512 and a 256-token step budget (drafts count in it)
+    """24 requests at K = 7 would verify 192 rows. With 64-row verify buckets (the default) the scheduler
+    cuts the drafts (64 // 24 − 1 = 1); with 512 and a 256-token step budget (drafts count in it)
     steps verify more than 64 rows. Either way the steps replay the graphs (the serving sweep's N = 64
     ran every step eager before, ~80 ms each). Prompts arrive in chunks beside decodes, so prefill
     chunks run eager beside graphed decodes. Tokens equal plain decoding."""

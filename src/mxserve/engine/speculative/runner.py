@@ -29,7 +29,8 @@ scheduler keeps a step's verify rows within the graphs' largest bucket (`max_ver
 `MXSERVE_SPEC_GRAPHS`: `auto` (default: on CUDA), `0` (every step eager, the switch back), `1` (also
 on the CPU, the static buffers without capture: tests). `MXSERVE_SPEC_LOOKAHEAD=1` adds the draft
 lookahead (`step_graphs`), off by default (measured no faster on the H200).
-`MXSERVE_SPEC_VERIFY_MAX_ROWS` (default 512) is the largest verify bucket, which caps a step's rows.
+`MXSERVE_SPEC_VERIFY_MAX_ROWS` (default 64; up to 512, measured slower) is the largest verify bucket,
+which caps a step's rows.
 """
 
 from __future__ import annotations
