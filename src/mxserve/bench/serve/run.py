@@ -14,6 +14,7 @@ import asyncio
 import datetime
 import importlib.metadata
 import json
+import os
 import platform
 import sys
 from collections.abc import Callable
@@ -210,6 +211,8 @@ def _meta(opts: ServeBenchOptions, model_dir: Path, config: ModelConfig) -> dict
         "command": " ".join(sys.argv), "python": platform.python_version(), "versions": versions,
         "model_dir": str(model_dir), "model_layers": config.num_hidden_layers, "model_hidden": config.hidden_size,
         "options": options,
+        # the servers bench starts inherit it: which kernels ran is half of what a figure means
+        "env_kernel_overrides": os.environ.get("MXSERVE_KERNEL_OVERRIDES"),
         "definitions": "TTFT: sent -> first output chunk; ITL: gaps between output chunks; per-stream decode tok/s: "
                        "(tokens-1)/(last chunk - first chunk); aggregate: all output tokens / level wall time",
     }
