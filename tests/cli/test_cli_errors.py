@@ -173,3 +173,18 @@ def test_help_explains_each_command():
     for command in ("inspect", "convert", "random-checkpoint"):
         result = runner.invoke(app, [command, "--help"])
         assert result.exit_code == 0 and len(result.stdout) > 300, command
+
+
+@pytest.mark.parametrize("command", ["serve", "run"])
+@pytest.mark.parametrize(("value", "expected"), [
+    ("linear", "--kernel-overrides: 'linear' is not op=backend"),
+    ("moe=fast", "kernel_overrides['moe']='fast': unknown backend"),
+    ("gemm=triton", "unknown op 'gemm'"),
+])
+def test_bad_kernel_overrides_are_one_line_and_exit_2(tiny_all: Path, command, value, expected):
+    """Nothing loads: the value is checked before the checkpoint is read."""
+    result = runner.invoke(app, [command, "--model", str(tiny_all), "--device", "cpu", "--kernel-overrides", value,
+                                 *(["hello"] if command == "run" else [])])
+    assert result.exit_code == 2, result.output
+    err = result.stderr.strip()
+    assert err.startswith("error: ") and expected in err and "Traceback" not in result.output, err

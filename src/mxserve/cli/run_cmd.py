@@ -49,10 +49,15 @@ def run(
     speculative_config: Annotated[str | None, typer.Option(
         "--speculative-config", help='DSpark speculative decoding as JSON, e.g. \'{"method": "dspark", '
         '"num_speculative_tokens": 7}\' (keys: draft_sample_method, rejection_sample_method); docs/speculative.md.')] = None,
+    kernel_overrides: Annotated[str | None, typer.Option(
+        "--kernel-overrides", help="Kernel backends per op, e.g. 'linear=triton,moe=triton' (ops: linear, moe, "
+        "attention, hc), or 'all-triton'. Default: the torch reference kernels, which on a GPU sync with the host, so "
+        "decode runs without CUDA graphs; all-triton is the fast set. Same syntax as MXSERVE_KERNEL_OVERRIDES.")] = None,
 ) -> None:
     """Chat with a DeepSeek-V4 checkpoint (default: the small model shipped with mxserve)."""
     from mxserve.engine.llm import LLM
     from mxserve.engine.sampling_params import SamplingParams
+    from mxserve.kernels.chooser import parse_overrides
 
     try:
         params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
@@ -60,7 +65,8 @@ def run(
         llm = LLM(None if model is None else str(model), device=device, numerics=numerics,
                   kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len, cpu_threads=cpu_threads,
                   tensor_parallel_size=tensor_parallel_size, enable_expert_parallel=enable_expert_parallel,
-                  speculative_config=speculative_config, progress=show_progress())
+                  speculative_config=speculative_config, kernel_overrides=parse_overrides(kernel_overrides or ""),
+                  progress=show_progress())
     except ValueError as exc:
         typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None

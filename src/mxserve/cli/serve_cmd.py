@@ -46,12 +46,17 @@ def serve(
     speculative_config: Annotated[str | None, typer.Option(
         "--speculative-config", help='DSpark speculative decoding as JSON, e.g. \'{"method": "dspark", '
         '"num_speculative_tokens": 7}\' (keys: draft_sample_method, rejection_sample_method); docs/speculative.md.')] = None,
+    kernel_overrides: Annotated[str | None, typer.Option(
+        "--kernel-overrides", help="Kernel backends per op, e.g. 'linear=triton,moe=triton' (ops: linear, moe, "
+        "attention, hc), or 'all-triton'. Default: the torch reference kernels, which on a GPU sync with the host, so "
+        "decode runs without CUDA graphs; all-triton is the fast set. Same syntax as MXSERVE_KERNEL_OVERRIDES.")] = None,
     lazy_graph_capture: Annotated[bool, typer.Option(
         "--lazy-graph-capture", help="Capture each CUDA-graph batch bucket on first use instead of before the first "
         "request (starts faster; the first step at each new batch size then stalls every running request).")] = False,
 ) -> None:
     """Serve a DeepSeek-V4 checkpoint over an OpenAI-compatible HTTP API."""
     from mxserve.config.engine_config import EngineConfig
+    from mxserve.kernels.chooser import parse_overrides
     from mxserve.server.app import serve as run_server
     from mxserve.server.state import ServerConfig
 
@@ -62,7 +67,8 @@ def serve(
                                      long_prefill_token_threshold=long_prefill_token_threshold,
                                      seed=seed, tensor_parallel_size=tensor_parallel_size,
                                      enable_expert_parallel=enable_expert_parallel,
-                                     speculative_config=speculative_config)
+                                     speculative_config=speculative_config,
+                                     kernel_overrides=parse_overrides(kernel_overrides or ""))
         names = tuple(served_model_name or (_default_name(model),))
         server_config = ServerConfig(served_model_names=names, api_key=api_key, max_body_bytes=max_body_bytes,
                                      max_pending_requests=max_pending_requests, shutdown_grace_s=shutdown_grace,

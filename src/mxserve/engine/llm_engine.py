@@ -43,6 +43,7 @@ from mxserve.engine.sampling_params import SamplingParams, request_seeds
 from mxserve.engine.scheduler import Scheduler
 from mxserve.engine.speculative import SpecDecodeStats, SpeculativeModelRunner
 from mxserve.engine.tokenizer import Tokenizer
+from mxserve.kernels.chooser import ALL_TRITON
 from mxserve.model.checkpoint import CheckpointReader
 from mxserve.model.dspark import DraftWindows, DSparkDraft
 from mxserve.model.kernel_selection import RESIDENT_LIMIT_BYTES, build_engine_model, resolve_overrides
@@ -126,10 +127,10 @@ class LLMEngine:
         self.max_model_len = max_model_len
         # linear, MoE and attention backends (reference unless forced), chosen once and logged with
         # reasons, in the one function `mxserve bench layers` also builds its model with
+        self.kernel_overrides = resolve_overrides(config.kernel_overrides)
         self.model, linear_backend = build_engine_model(
             self.model_config, weights, device=self.device, numerics=config.numerics,
-            kv_cache_dtype=config.kv_cache_dtype, overrides=resolve_overrides(config.kernel_overrides),
-            max_model_len=max_model_len)
+            kv_cache_dtype=config.kv_cache_dtype, overrides=self.kernel_overrides, max_model_len=max_model_len)
         self._set_cpu_threads(small_model=linear_backend == "reference-resident")
         self.num_speculative_tokens = speculative_k(config.speculative_config, self.model_config)
         self.cache_plan: CachePlan = plan_cache(
@@ -158,7 +159,7 @@ class LLMEngine:
         config = self.config
         if config.speculative_config is not None:
             raise ValueError("speculative decoding does not run with tensor_parallel_size > 1 or expert parallelism yet")
-        overrides = resolve_overrides(config.kernel_overrides)  # validated here; the ranks get the result
+        overrides = self.kernel_overrides = resolve_overrides(config.kernel_overrides)  # the ranks get the result
         parallel = ParallelConfig(config.tensor_parallel_size, config.enable_expert_parallel)
         ShardingPlan.build(reader.config, parallel)  # a config that cannot split fails here, before any process
         reader.validate(progress=progress and sys.stderr.isatty())  # once, in the driver; ranks only map shards
@@ -230,6 +231,11 @@ class LLMEngine:
         report = self.runner.capture_graphs(self.config.max_num_seqs)
         report = CaptureReport(report.buckets, report.unavailable, time.perf_counter() - start)
         logger.info("%s", report.line())
+        on_reference = sorted(op for op in ALL_TRITON if self.kernel_overrides.get(op, "reference") == "reference")
+        if report.unavailable is not None and on_reference:
+            logger.warning("decode steps will run eager on %s: the reference kernels of %s sync with the host; "
+                           "--kernel-overrides all-triton (or MXSERVE_KERNEL_OVERRIDES=all-triton) selects the "
+                           "graph-safe Triton kernels", self.device, ", ".join(on_reference))
         return report
 
     @property

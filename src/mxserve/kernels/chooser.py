@@ -167,12 +167,21 @@ def choose_linear(spec: LinearSpec, platform: Platform, *, forced: str | None = 
 
 def parse_overrides_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """`MXSERVE_KERNEL_OVERRIDES="linear=triton,moe=reference"` → {"linear": "triton", "moe": "reference"}."""
-    text = (os.environ if environ is None else environ).get(OVERRIDES_ENV, "").strip()
+    return parse_overrides((os.environ if environ is None else environ).get(OVERRIDES_ENV, ""), OVERRIDES_ENV)
+
+
+def parse_overrides(text: str, source: str = "--kernel-overrides") -> dict[str, str]:
+    """"linear=triton,moe=reference" → {"linear": "triton", "moe": "reference"}; "all-triton" → every
+    op's Triton backend (`ALL_TRITON`). ValueError naming `source` for an item that is not op=backend
+    (the ops and backends themselves are checked by `EngineConfig`)."""
+    text = text.strip()
+    if text == "all-triton":
+        return dict(ALL_TRITON)
     overrides = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         op, sep, backend = item.partition("=")
         if not sep or not op.strip() or not backend.strip():
-            raise ValueError(f"{OVERRIDES_ENV}: {item!r} is not op=backend (whole value {text!r})")
+            raise ValueError(f"{source}: {item!r} is not op=backend (whole value {text!r})")
         overrides[op.strip()] = backend.strip()
     return overrides
 

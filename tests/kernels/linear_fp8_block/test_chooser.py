@@ -7,7 +7,14 @@ import torch
 
 from mxserve.config.engine_config import EngineConfig
 from mxserve.formats import QuantizedWeight, WeightLayout
-from mxserve.kernels.chooser import LinearSpec, Platform, choose_linear, parse_overrides_env
+from mxserve.kernels.chooser import (
+    ALL_TRITON,
+    LinearSpec,
+    Platform,
+    choose_linear,
+    parse_overrides,
+    parse_overrides_env,
+)
 
 H200 = Platform("cuda", (9, 0), False, True)
 CPU = Platform("cpu", None, False, True)
@@ -40,6 +47,10 @@ def test_env_front_door_and_config() -> None:
     assert parse_overrides_env({"MXSERVE_KERNEL_OVERRIDES": " linear=triton, moe=reference "}) == {
         "linear": "triton", "moe": "reference"}
     assert parse_overrides_env({}) == {}
-    with pytest.raises(ValueError, match="op=backend"):
+    with pytest.raises(ValueError, match="MXSERVE_KERNEL_OVERRIDES: 'linear' is not op=backend"):
         parse_overrides_env({"MXSERVE_KERNEL_OVERRIDES": "linear"})
+    assert parse_overrides_env({"MXSERVE_KERNEL_OVERRIDES": "all-triton"}) == dict(ALL_TRITON)
+    assert parse_overrides(" all-triton ") == {"linear": "triton", "moe": "triton", "attention": "triton", "hc": "triton"}
+    with pytest.raises(ValueError, match="--kernel-overrides: 'moe=' is not op=backend"):
+        parse_overrides("linear=triton,moe=")
     assert EngineConfig(kernel_overrides={"linear": "triton"}).kernel_overrides == {"linear": "triton"}
