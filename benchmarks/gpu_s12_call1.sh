@@ -20,16 +20,7 @@ timeout 170 python3 -m pytest -q tests/speculative/test_step_graphs_gpu.py tests
     > "$R/gpu_tests.log" 2>&1; echo "exit $?"; tail -n 4 "$R/gpu_tests.log" | cut -c1-300
 stamp "spec_decode: end to end and decode only"
 spec_bench 120 --ks 3 7 --no-lookahead-ks 7 --eager-ks
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_serve \
-    .whl/serve/*.whl > "$R/pip_serve.log" 2>&1 || { echo "pip failed"; tail -5 "$R/pip_serve.log"; }
-export PYTHONPATH=$PYTHONPATH:/tmp/site_serve MXSERVE_KERNEL_OVERRIDES=linear=triton,moe=triton,attention=triton
 for spec in off 7; do
-    stamp "serving sweep, speculation $spec"
-    extra=(); [ "$spec" = off ] || extra=(--server-arg=--speculative-config
-        --server-arg="{\"method\": \"dspark\", \"num_speculative_tokens\": $spec}")
-    timeout -s INT 130 python3 -m mxserve.cli.main bench serve --device cuda --concurrency 1,8,64 \
-        --requests-per-client 2 --dataset text --prompt-len 128 --output-len 128 --scenario-reps 0 "${extra[@]}" \
-        --out "$R/serve_$spec/serve.json" > "$R/serve_$spec.log" 2>&1; echo "exit $?"
-    grep -E "^text" "$R/serve_$spec.log" | cut -c1-200
+    stamp "serving sweep, speculation $spec"; serve_sweep 130 "$spec" linear=triton,moe=triton,attention=triton
 done
 gpu_s5_pack

@@ -25,19 +25,9 @@ for setting in "7 lazy" "7 start" "0 start"; do
         > "$R/trace_k$1_$2.log" 2>&1; echo "exit $?"; grep -v Warning "$R/trace_k$1_$2.log" | tail -n 9 | cut -c1-400
 done
 cd ..
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_serve \
-    .whl/serve/*.whl > "$R/pip_serve.log" 2>&1 || { echo "pip failed"; tail -5 "$R/pip_serve.log"; }
-export PYTHONPATH=$PYTHONPATH:/tmp/site_serve MXSERVE_KERNEL_OVERRIDES=linear=triton,moe=triton,attention=triton
 for spec in off 7; do
-    stamp "serving sweep (graphs captured at start), speculation $spec"
-    extra=(); [ "$spec" = off ] || extra=(--server-arg=--speculative-config
-        --server-arg="{\"method\": \"dspark\", \"num_speculative_tokens\": $spec}")
-    timeout -s INT 130 python3 -m mxserve.cli.main bench serve --device cuda --concurrency 1,8,64 \
-        --requests-per-client 2 --dataset text --prompt-len 128 --output-len 128 --scenario-reps 0 "${extra[@]}" \
-        --out "$R/serve_$spec/serve.json" > "$R/serve_$spec.log" 2>&1; echo "exit $?"
-    grep -E "^text" "$R/serve_$spec.log" | cut -c1-200; grep -E "CUDA graphs: captured|unavailable" "$R/serve_$spec/serve.server.log" | cut -c1-250
+    stamp "serving sweep (graphs captured at start), speculation $spec"; serve_sweep 130 "$spec" linear=triton,moe=triton,attention=triton
 done
-unset MXSERVE_KERNEL_OVERRIDES
 stamp "spec_decode K = 3, 5, 7 (round-3 draft)"
 spec_bench 130 --ks 3 5 7
 gpu_s5_pack

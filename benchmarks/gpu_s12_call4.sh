@@ -21,16 +21,7 @@ for setting in "7 512" "7 64" "0 512"; do
     grep -v Warning "$R/trace64_k$1_r$2.log" | tail -n 8 | cut -c1-300
 done
 cd ..
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_serve \
-    .whl/serve/*.whl > "$R/pip_serve.log" 2>&1 || { echo "pip failed"; tail -5 "$R/pip_serve.log"; }
-export PYTHONPATH=$PYTHONPATH:/tmp/site_serve MXSERVE_KERNEL_OVERRIDES=linear=triton,moe=triton,attention=triton
 for spec in 7 off; do
-    stamp "serving sweep, speculation $spec (verify rows up to 512)"
-    extra=(); [ "$spec" = off ] || extra=(--server-arg=--speculative-config
-        --server-arg="{\"method\": \"dspark\", \"num_speculative_tokens\": $spec}")
-    timeout -s INT 120 python3 -m mxserve.cli.main bench serve --device cuda --concurrency 1,8,64 \
-        --requests-per-client 2 --dataset text --prompt-len 128 --output-len 128 --scenario-reps 0 "${extra[@]}" \
-        --out "$R/serve_$spec/serve.json" > "$R/serve_$spec.log" 2>&1; echo "exit $?"
-    grep -E "^text" "$R/serve_$spec.log" | cut -c1-200; grep -E "CUDA graphs: captured .* in|unavailable" "$R/serve_$spec/serve.server.log" | cut -c1-250
+    stamp "serving sweep, speculation $spec (verify rows up to 512)"; serve_sweep 120 "$spec" linear=triton,moe=triton,attention=triton
 done
 gpu_s5_pack

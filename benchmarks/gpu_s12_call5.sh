@@ -12,16 +12,7 @@ stamp "batch_trace N=8 plain, hc kernels = reference"
 (cd benchmarks && timeout 45 python3 batch_trace.py --concurrency 8 --k 0 --capture-at-start \
     --kernels linear=triton,moe=triton,attention=triton --out "$R/trace8_k0_hcref.json" > "$R/trace8_k0_hcref.log" 2>&1)
 echo "exit $?"; grep -v Warning "$R/trace8_k0_hcref.log" | tail -n 6 | cut -c1-200
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_serve \
-    .whl/serve/*.whl > "$R/pip_serve.log" 2>&1 || { echo "pip failed"; tail -5 "$R/pip_serve.log"; }
-export PYTHONPATH=$PYTHONPATH:/tmp/site_serve MXSERVE_KERNEL_OVERRIDES=linear=triton,moe=triton,attention=triton,hc=triton
 for spec in off 7; do
-    stamp "serving sweep, every Triton kernel, speculation $spec"
-    extra=(); [ "$spec" = off ] || extra=(--server-arg=--speculative-config
-        --server-arg="{\"method\": \"dspark\", \"num_speculative_tokens\": $spec}")
-    timeout -s INT 85 python3 -m mxserve.cli.main bench serve --device cuda --concurrency 1,8,64 \
-        --requests-per-client 2 --dataset text --prompt-len 128 --output-len 128 --scenario-reps 0 "${extra[@]}" \
-        --out "$R/serve_$spec/serve.json" > "$R/serve_$spec.log" 2>&1; echo "exit $?"
-    grep -E "^text" "$R/serve_$spec.log" | cut -c1-200
+    stamp "serving sweep, every Triton kernel, speculation $spec"; serve_sweep 85 "$spec" all-triton
 done
 gpu_s5_pack
