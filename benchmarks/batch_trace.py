@@ -100,13 +100,15 @@ def main() -> None:
     p.add_argument("--k", type=int, default=0, help="DSpark draft tokens (0 = no speculation)")
     p.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton,hc=triton",
                    help="kernel overrides (MXSERVE_KERNEL_OVERRIDES syntax); '' = engine defaults")
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    p.add_argument("--prefill-cap", type=int, default=256, help="long_prefill_token_threshold")
     p.add_argument("--capture-at-start", action="store_true")
     p.add_argument("--no-warm-up", action="store_true")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     spec = {"method": "dspark", "num_speculative_tokens": args.k} if args.k else None
     llm = LLM(str(default_model_path()), device=args.device, max_model_len=4096, max_num_seqs=64,
-              max_num_batched_tokens=2048, long_prefill_token_threshold=256,
+              max_num_batched_tokens=args.max_num_batched_tokens, long_prefill_token_threshold=args.prefill_cap,
               kernel_overrides=parse_kernels(args.kernels), speculative_config=spec, progress=False)
     if args.capture_at_start:
         print(llm.engine.capture_graphs().line())
@@ -117,7 +119,9 @@ def main() -> None:
     by_kind: dict[str, list[float]] = defaultdict(list)
     for r in records:
         by_kind[r["kind"]].append(r["ms"])
-    print(f"N={args.concurrency} K={args.k} capture_at_start={args.capture_at_start}: {len(records)} steps, "
+    rows = getattr(llm.engine.runner, "num_prefill_row_steps", 0)
+    print(f"N={args.concurrency} K={args.k} capture_at_start={args.capture_at_start} prefill row steps={rows}: "
+          f"{len(records)} steps, "
           f"{wall:.2f} s, {tokens} tokens, {tokens / wall:.1f} tok/s aggregate")
     print(f"{'kind':<24} {'steps':>6} {'s':>7} {'share':>6} {'median ms':>10}")
     for kind, ms in sorted(by_kind.items(), key=lambda kv: -sum(kv[1])):

@@ -52,18 +52,20 @@ ship_self_draft() {
 }
 
 # The serving sweep (bench serve, text prompts, 128 in / 128 out, N = 1, 8, 64; session 11-12 call scripts):
-#   serve_sweep SECONDS SPEC [KERNELS]  — SPEC: off or K (DSpark drafts); KERNELS: MXSERVE_KERNEL_OVERRIDES
-#   for the server (default all-triton; sessions 10-12 before call 5 ran linear=triton,moe=triton,attention=triton)
+#   serve_sweep SECONDS SPEC [KERNELS [bench serve options...]]  — SPEC: off or K (DSpark drafts); KERNELS:
+#   MXSERVE_KERNEL_OVERRIDES for the server (default all-triton; sessions 10-12 before call 5 ran
+#   linear=triton,moe=triton,attention=triton); results under serve_${SWEEP_TAG:-SPEC}
 serve_sweep() {
-    local limit=$1 spec=$2 kernels=${3:-all-triton}
+    local limit=$1 spec=$2 kernels=${3:-all-triton}; shift $(( $# < 3 ? $# : 3 ))
+    local tag=${SWEEP_TAG:-$spec}
     [ -d /tmp/site_serve ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site_serve .whl/serve/*.whl > "$R/pip_serve.log" 2>&1 || { echo "pip failed"; tail -5 "$R/pip_serve.log"; }
     local extra=(); [ "$spec" = off ] || extra=(--server-arg=--speculative-config
         --server-arg="{\"method\": \"dspark\", \"num_speculative_tokens\": $spec}")
     PYTHONPATH=$PYTHONPATH:/tmp/site_serve MXSERVE_KERNEL_OVERRIDES=$kernels timeout -s INT "$limit" \
         python3 -m mxserve.cli.main bench serve --device cuda --concurrency 1,8,64 --requests-per-client 2 \
-        --dataset text --prompt-len 128 --output-len 128 --scenario-reps 0 "${extra[@]}" \
-        --out "$R/serve_$spec/serve.json" > "$R/serve_$spec.log" 2>&1; echo "exit $?"
-    grep -E "^text" "$R/serve_$spec.log" | cut -c1-200
-    grep -E "CUDA graphs: captured .* in|unavailable" "$R/serve_$spec/serve.server.log" | cut -c1-250
+        --dataset text --prompt-len 128 --output-len 128 --scenario-reps 0 "${extra[@]}" "$@" \
+        --out "$R/serve_$tag/serve.json" > "$R/serve_$tag.log" 2>&1; echo "exit $?"
+    grep -E "^text" "$R/serve_$tag.log" | cut -c1-200
+    grep -E "CUDA graphs: captured .* in|unavailable" "$R/serve_$tag/serve.server.log" | cut -c1-250
 }

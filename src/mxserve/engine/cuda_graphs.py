@@ -65,6 +65,18 @@ def static_decode_buffers() -> bool:
     return mode == "1"
 
 
+def prefill_rows_enabled() -> bool:
+    """MXSERVE_PREFILL_ROWS=1 (off by default, until the H200 gates pass): a step with prefill chunks
+    whose tokens all fit a bucket replays the decode graph with one row per token (a chunk's tokens
+    at consecutive positions, as the speculative verify runs its drafts), instead of an eager
+    forward. Each row computes what a one-token decode computes, which equals a prefill within the
+    1e-5 that chunking allows (tests/model/test_incremental.py), not bit for bit."""
+    mode = os.environ.get("MXSERVE_PREFILL_ROWS", "0")
+    if mode not in ("0", "1"):
+        raise ValueError(f"MXSERVE_PREFILL_ROWS={mode!r}: expected 0 or 1")
+    return mode == "1"
+
+
 NOT_CAPTURABLE = ("the model has no capturable decode path (no static-shape decode_forward, e.g. the "
                   "tensor-parallel ranks' stand-in)")
 
@@ -122,13 +134,15 @@ class GraphDecision:
 
 def decide(chunk_num_tokens: Sequence[int], *, enforce_eager: bool, device_type: str, model_capturable: bool,
            buckets: Sequence[int] = BUCKETS, hooks_on: bool = False, unavailable: str | None = None,
-           static_buffers: bool = False) -> GraphDecision:
+           static_buffers: bool = False, prefill_rows: bool = False) -> GraphDecision:
     """Whether one step can replay a decode graph, and if not, exactly why (first reason that applies).
 
     `hooks_on`: an observer/verification hook is set (it must see every op: eager).
     `unavailable`: why graphs cannot run at all in this engine (no decode capacity, a failed sync
     probe or capture), once known. `static_buffers`: the runner runs the graphs' static-buffer path
-    without capture on any device (`MXSERVE_DECODE_GRAPHS=1`, what the CPU tests exercise)."""
+    without capture on any device (`MXSERVE_DECODE_GRAPHS=1`, what the CPU tests exercise).
+    `prefill_rows`: prefill chunks run as one decode row per token (`prefill_rows_enabled`); the
+    bucket is then chosen by the step's tokens, not its chunks."""
     if enforce_eager:
         return GraphDecision(None, "enforce_eager=True")
     if device_type != "cuda" and not static_buffers:
@@ -140,7 +154,14 @@ def decide(chunk_num_tokens: Sequence[int], *, enforce_eager: bool, device_type:
     if unavailable is not None:
         return GraphDecision(None, unavailable)
     if any(n != 1 for n in chunk_num_tokens):
-        return GraphDecision(None, "prefill chunk(s) in the step (only one-token decodes are captured)")
+        if not prefill_rows:
+            return GraphDecision(None, "prefill chunk(s) in the step (only one-token decodes are captured)")
+        tokens = sum(chunk_num_tokens)
+        bucket = bucket_for(tokens, buckets)
+        if bucket is None:
+            return GraphDecision(None, f"a step of {tokens} tokens is above the largest bucket {max(buckets)} "
+                                       "(prefill chunks as decode rows)")
+        return GraphDecision(bucket, None)
     bucket = bucket_for(len(chunk_num_tokens), buckets)
     if bucket is None:
         return GraphDecision(None, f"batch of {len(chunk_num_tokens)} is above the largest bucket {max(buckets)}")

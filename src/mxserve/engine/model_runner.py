@@ -21,6 +21,7 @@ from mxserve.engine.cuda_graphs import (
     GraphDecision,
     buckets_up_to,
     decide,
+    prefill_rows_enabled,
     static_decode_buffers,
 )
 from mxserve.engine.decode_lookahead import (
@@ -94,6 +95,8 @@ class ModelRunner:
         self.lookahead_stats = LookaheadStats()
         self._positions_per_unit: dict[str, int] | None = None  # pool name → positions a cache unit covers
         self.static_decode = static_decode_buffers()  # the static-buffer path off CUDA too (tests)
+        self.prefill_rows = prefill_rows_enabled()  # prefill chunks as decode rows of the graph (opt-in)
+        self.num_prefill_row_steps = 0  # steps with prefill chunks that replayed the decode graph
         if max_model_len is not None and getattr(model, "supports_cuda_graphs", False) and not enforce_eager:
             geometry = DecodeGeometry.for_positions(model.config, cache_state.block_size, max_model_len)
             self.decode_graphs = DecodeGraphs(model, cache_state, geometry, device, capture=device.type == "cuda")
@@ -120,7 +123,8 @@ class ModelRunner:
         if not step.chunks:
             return StepResult(RunnerOutput({}))
         decodes = tuple(c for c in step.chunks if c.num_tokens == 1)
-        if decodes and len(decodes) < len(step.chunks) and not self._decision(decodes).is_eager:
+        if (decodes and len(decodes) < len(step.chunks) and self._decision(step.chunks).is_eager
+                and not self._decision(decodes).is_eager):
             return self._split_step(step, decodes, sampling)
         rows: list[int] = []
         sample_rows: dict[str, int] = {}  # request id → index into `rows`
@@ -230,7 +234,7 @@ class ModelRunner:
             model_capturable=getattr(self.model, "supports_cuda_graphs", False),
             hooks_on=getattr(self.model, "observer", None) is not None,
             unavailable="no decode capacity (max_model_len) was given to the runner" if graphs is None
-            else graphs.unavailable, static_buffers=self.static_decode,
+            else graphs.unavailable, static_buffers=self.static_decode, prefill_rows=self.prefill_rows,
         )
 
     def _graph_decode(self, step: SchedulerOutput, rows: list[int]) -> torch.Tensor | None:
@@ -241,8 +245,13 @@ class ModelRunner:
         logits = None
         self._bucket = decision.bucket
         if not decision.is_eager:
-            logits = graphs.run([c.token_ids[0] for c in step.chunks], [c.request_id for c in step.chunks],
-                                [c.start_pos for c in step.chunks], decision.bucket)
+            chunks = step.chunks
+            if self.prefill_rows and any(c.num_tokens != 1 for c in chunks):
+                self.num_prefill_row_steps += 1
+                logits = graphs.run(*_token_rows(chunks), decision.bucket)
+            else:
+                logits = graphs.run([c.token_ids[0] for c in chunks], [c.request_id for c in chunks],
+                                    [c.start_pos for c in chunks], decision.bucket)
         if logits is None:
             self.eager_stats.record(decision.reason if decision.is_eager else graphs.unavailable)
             return None
@@ -313,6 +322,17 @@ class ModelRunner:
         if num_output >= info.params.min_tokens:
             return ()
         return (self.model.config.eos_token_id, *info.params.stop_token_ids)
+
+
+def _token_rows(chunks) -> tuple[list[int], list[str], list[int]]:
+    """(token ids, request ids, positions) with one row per token: each chunk's tokens at consecutive
+    positions, in chunk order (the rows `execute` numbers its logits rows by)."""
+    token_ids, seq_ids, positions = [], [], []
+    for c in chunks:
+        token_ids.extend(c.token_ids)
+        seq_ids.extend([c.request_id] * c.num_tokens)
+        positions.extend(range(c.start_pos, c.start_pos + c.num_tokens))
+    return token_ids, seq_ids, positions
 
 
 def _select_rows(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
