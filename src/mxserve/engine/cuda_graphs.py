@@ -6,7 +6,9 @@ rows are dummies whose outputs are dropped), the graph is replayed, and the firs
 rows are returned. Anything else runs eager, and the runner is told why (`GraphDecision.reason`):
 prefill chunks, a batch above the largest bucket, CPU devices, `EngineConfig.enforce_eager`, or a
 forward that is not capturable. A step in which prefill chunks join decodes is split by the runner:
-the decodes replay, the prefill chunks run eager (`ModelRunner._split_step`).
+the decodes replay, the prefill chunks run eager (`ModelRunner._split_step`). With
+`MXSERVE_PREFILL_ROWS=1` (opt-in) a step whose tokens all fit a bucket replays instead, one row per
+token (`prefill_rows_enabled`).
 
 `DecodeGraphs` is the model-specific part: one graph of `DeepseekV4Model.decode_forward` per
 bucket, against static device buffers (`DecodeBatch`: tokens, positions, padded block tables)

@@ -247,8 +247,8 @@ class ModelRunner:
         if not decision.is_eager:
             chunks = step.chunks
             if self.prefill_rows and any(c.num_tokens != 1 for c in chunks):
-                self.num_prefill_row_steps += 1
                 logits = graphs.run(*_token_rows(chunks), decision.bucket)
+                self.num_prefill_row_steps += logits is not None
             else:
                 logits = graphs.run([c.token_ids[0] for c in chunks], [c.request_id for c in chunks],
                                     [c.start_pos for c in chunks], decision.bucket)
