@@ -66,3 +66,24 @@ def test_gpu_large_batch_cuts_drafts_and_replays_instead_of_running_eager(monkey
     assert runner.step_graphs.num_steps > 0 and spec.engine.spec_decode_stats.num_verifies > 0
     largest = max(runner.step_graphs.captured_buckets()["verify"])
     assert largest <= 64 if max_rows == "64" else largest > 64
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_gpu_prefill_rows_in_the_speculative_step_are_lossless(monkeypatch):
+    """MXSERVE_PREFILL_ROWS=1 at K = 7: prompts in 16-token chunks join the graphed verify as committed
+    rows (a 64-token step budget, so every step fits the 64-row bucket); the greedy tokens equal plain
+    decoding's, and no prefill chunk ran eager."""
+    prompts = [[0, *range(7, 7 + n)] for n in (3, 40, 9, 25, 2, 17)]
+    params = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)
+    opts = dict(device="cuda", max_model_len=512, kernel_overrides=ALL_TRITON, progress=False,
+                max_num_batched_tokens=64, long_prefill_token_threshold=16)
+    want = [list(o.outputs[0].token_ids) for o in LLM(**opts).generate(prompts, params)]
+    monkeypatch.setenv("MXSERVE_SPEC_GRAPHS", "auto")
+    monkeypatch.setenv("MXSERVE_PREFILL_ROWS", "1")
+    spec = LLM(**opts, speculative_config={"method": "dspark", "num_speculative_tokens": 7})
+    got = [list(o.outputs[0].token_ids) for o in spec.generate(prompts, params)]
+    assert got == want
+    runner = spec.engine.runner
+    reasons = dict(runner.eager_stats.counts)
+    assert runner.num_prefill_row_steps > 0 and not any("prefill" in r for r in reasons), reasons

@@ -23,7 +23,9 @@ A step of decodes (every chunk one token, with or without drafts) runs as CUDA-g
 instead (`step_graphs`: draft, verify as one decode row per position, rollback + commit on the
 device), with the same verification and the same tokens; a decode without drafts samples with the
 sampler's draw, as on the eager step. When prefill chunks join the decodes (continuous batching),
-the decodes still replay and only the prefill chunks run eager (`SPLIT_STEP` in `eager_stats`). The
+the decodes still replay and only the prefill chunks run eager (`SPLIT_STEP` in `eager_stats`), or,
+with `MXSERVE_PREFILL_ROWS=1` (opt-in) and rows to spare, the prefill chunks join the verify as one
+committed row per prompt token (no prompt logprobs there). The
 scheduler keeps a step's verify rows within the graphs' largest bucket (`max_verify_rows`).
 
 `MXSERVE_SPEC_GRAPHS`: `auto` (default: on CUDA), `0` (every step eager, the switch back), `1` (also
@@ -152,7 +154,9 @@ class SpeculativeModelRunner(ModelRunner):
                 self._installed_tables[chunk.request_id] = chunk.block_tables
 
         decodes = tuple(c for c in step.chunks if _is_decode(c))
-        if self.step_graphs is not None and decodes and len(decodes) < len(step.chunks):
+        whole = self.prefill_rows and self.step_graphs is not None and (
+            self._why_not_graphed(self.step_graphs, step.chunks, sampling) is None)
+        if self.step_graphs is not None and decodes and len(decodes) < len(step.chunks) and not whole:
             # a prefill chunk joined the decodes (continuous batching): the decodes still replay
             # the graphs, and only the prefill chunks run eager (the requests share no cache slot)
             graphed = self._graphed_step(step.restricted_to(decodes), sampling)
@@ -267,36 +271,19 @@ class SpeculativeModelRunner(ModelRunner):
             return None
         ids = [c.request_id for c in chunks]
         ks = [c.num_draft_tokens for c in chunks]
-        width = self.block_width + 1
-        if not any(ks):  # plain decodes (drafts capped to 0 for a large batch, or no room left): no draft
-            tokens = torch.tensor([c.token_ids[0] for c in chunks], dtype=torch.int64, device=self.device)
-        elif self.drafter == self.dspark_drafts:
-            block = graphs.draft_tokens([c.token_ids[0] for c in chunks], ids, [c.start_pos for c in chunks])
-            if block is None:
-                self.eager_stats.record(f"speculative step: {graphs.unavailable}")
-                return None
-            flat = block.reshape(-1)
-            if all(k == self.block_width for k in ks):
-                tokens = flat
-            else:  # capped requests verify only their first k drafts
-                index = [b * width + j for b, k in enumerate(ks) for j in range(k + 1)]
-                tokens = flat[torch.tensor(index, dtype=torch.int64, device=flat.device)]
-        else:  # a replaced drafter (tests' scripted drafts): its host tokens
-            proposals = self.drafter([c for c in chunks if c.num_draft_tokens], sampling)
-            rows = []
-            for chunk in chunks:
-                drafts = proposals[chunk.request_id].token_ids if chunk.num_draft_tokens else ()
-                if len(drafts) != chunk.num_draft_tokens:
-                    raise ValueError(f"drafter proposed {len(drafts)} tokens for {chunk.request_id!r}, "
-                                     f"expected {chunk.num_draft_tokens}")
-                rows += [chunk.token_ids[0], *drafts]
-            tokens = torch.tensor(rows, dtype=torch.int64, device=self.device)
-        row_ids = [rid for rid, k in zip(ids, ks, strict=True) for _ in range(k + 1)]
-        row_positions = [c.start_pos + j for c, k in zip(chunks, ks, strict=True) for j in range(k + 1)]
-        out = graphs.verify(tokens, row_ids, row_positions, [k + 1 for k in ks])
+        counts = [c.num_tokens + k for c, k in zip(chunks, ks, strict=True)]  # rows per request
+        has_prefill = any(not _is_decode(c) for c in chunks)  # prefill chunks as rows (MXSERVE_PREFILL_ROWS)
+        tokens = self._row_tokens(graphs, chunks, ks, sampling)
+        if tokens is None:
+            self.eager_stats.record(f"speculative step: {graphs.unavailable}")
+            return None
+        row_ids = [rid for rid, n in zip(ids, counts, strict=True) for _ in range(n)]
+        row_positions = [c.start_pos + j for c, n in zip(chunks, counts, strict=True) for j in range(n)]
+        out = graphs.verify(tokens, row_ids, row_positions, counts)
         if out is None:
             self.eager_stats.record(f"speculative step: {graphs.unavailable}")
             return None
+        self.num_prefill_row_steps += has_prefill
         logits, _, choice = out
         num_rows = len(row_positions)
         all_greedy = all(sampling[rid].params.is_greedy for rid in ids)
@@ -304,7 +291,7 @@ class SpeculativeModelRunner(ModelRunner):
         # the finiteness flag; with every request greedy, the rollback/commit and the next draft are
         # queued behind it first (`step_graphs` docstring: the draft lookahead)
         # the device's rejected rows are used only with the lookahead (off: the host's, as measured)
-        on_device = all_greedy and self.draft_lookahead
+        on_device = all_greedy and self.draft_lookahead and not has_prefill
         device_rows = graphs.device_rejected(num_rows) if on_device else torch.zeros_like(choice)
         packed = torch.cat((tokens[:num_rows], choice, device_rows.to(torch.int64),
                             torch.isfinite(logits).all().to(torch.int64)[None]))
@@ -326,6 +313,13 @@ class SpeculativeModelRunner(ModelRunner):
         first = 0
         for chunk, k in zip(chunks, ks, strict=True):
             rid, info = chunk.request_id, sampling[chunk.request_id]
+            if not _is_decode(chunk):  # prefill rows: all commit; the last samples where the prompt ends
+                rejected += [False] * chunk.num_tokens
+                last = first + chunk.num_tokens - 1
+                if chunk.samples_next_token:
+                    outputs[rid] = (self._sample_row(logits, last, choices[last], chunk, info, result),)
+                first += chunk.num_tokens
+                continue
             drafts = row_tokens[first + 1: first + 1 + k]
             if info.params.is_greedy:
                 verdict = verify_greedy(choices[first: first + k + 1], drafts)
@@ -355,18 +349,76 @@ class SpeculativeModelRunner(ModelRunner):
         result.runner_output = RunnerOutput(outputs)
         return result
 
+    def _row_tokens(self, graphs: SpecStepGraphs, chunks: Sequence[ScheduledChunk], ks: Sequence[int],
+                    sampling: Mapping[str, RequestSampling]) -> torch.Tensor | None:
+        """Every verify row's token on the device, in chunk order: a decode's anchor and its k drafts, a
+        prefill chunk's tokens; None when the draft graph is unavailable."""
+        width = self.block_width + 1
+        if not any(ks):  # plain decodes (drafts capped to 0 for a large batch, or no room left), prefill rows
+            return torch.tensor([t for c in chunks for t in c.token_ids], dtype=torch.int64, device=self.device)
+        decodes = [c for c in chunks if _is_decode(c)]
+        if self.drafter == self.dspark_drafts:
+            block = graphs.draft_tokens([c.token_ids[0] for c in decodes], [c.request_id for c in decodes],
+                                        [c.start_pos for c in decodes])
+            if block is None:
+                return None
+            flat = block.reshape(-1)
+            if len(decodes) == len(chunks) and all(k == self.block_width for k in ks):
+                return flat
+            # capped requests verify only their first k drafts; prefill rows come from the host
+            host = [t for c in chunks if not _is_decode(c) for t in c.token_ids]
+            index, b, h = [], 0, flat.numel()
+            for chunk, k in zip(chunks, ks, strict=True):
+                if _is_decode(chunk):
+                    index += [b * width + j for j in range(k + 1)]
+                    b += 1
+                else:
+                    index += range(h, h + chunk.num_tokens)
+                    h += chunk.num_tokens
+            source = torch.cat((flat, torch.tensor(host, dtype=torch.int64, device=flat.device))) if host else flat
+            return source[torch.tensor(index, dtype=torch.int64, device=flat.device)]
+        # a replaced drafter (tests' scripted drafts): its host tokens
+        proposals = self.drafter([c for c in chunks if c.num_draft_tokens], sampling)
+        rows = []
+        for chunk in chunks:
+            drafts = proposals[chunk.request_id].token_ids if chunk.num_draft_tokens else ()
+            if len(drafts) != chunk.num_draft_tokens:
+                raise ValueError(f"drafter proposed {len(drafts)} tokens for {chunk.request_id!r}, "
+                                 f"expected {chunk.num_draft_tokens}")
+            rows += [*chunk.token_ids, *drafts]
+        return torch.tensor(rows, dtype=torch.int64, device=self.device)
+
+    def _sample_row(self, logits: torch.Tensor, row: int, choice: int, chunk: ScheduledChunk,
+                    info: RequestSampling, result: StepResult) -> int:
+        """The token a prefill chunk's last row samples (greedy: the target's choice; sampled: the
+        sampler's keyed draw, as the eager step draws it), with its logprobs when asked for."""
+        if info.params.is_greedy:
+            token = int(choice)
+        else:
+            token = int(self.sampler.sample(logits[row: row + 1], [info.params], [info.seed], [chunk.end_pos])
+                        .token_ids[0])
+        if info.params.logprobs is not None:
+            lp = compute_logprobs(logits[row: row + 1])
+            chosen = torch.tensor([token], dtype=torch.int64, device=lp.device)
+            result.sampled_logprobs[chunk.request_id] = gather_logprobs(lp, chosen, info.params.logprobs
+                                                                         ).to_positions()
+        return token
+
     def _why_not_graphed(self, graphs: SpecStepGraphs, chunks: Sequence[ScheduledChunk],
                          sampling: Mapping[str, RequestSampling]) -> str | None:
         if graphs.unavailable is not None:
             return graphs.unavailable
         if getattr(self.model, "observer", None) is not None:
             return "an observer/verification hook is set"
-        if not all(_is_decode(c) for c in chunks):
+        prefills = [c for c in chunks if not _is_decode(c)]
+        if prefills and not self.prefill_rows:
             return "a prefill chunk (every chunk must be one token: a decode, with or without drafts)"
+        if any(sampling[c.request_id].wants_prompt_logprobs for c in prefills):
+            return "a prefill chunk with prompt logprobs (prefill rows report none)"
         if (self.drafter == self.dspark_drafts and self.spec_config.draft_sample_method == "probabilistic"
                 and not all(sampling[c.request_id].params.is_greedy for c in chunks)):
             return "probabilistic drafts (host-side draws)"
-        if not graphs.fits(len(chunks), sum(c.num_draft_tokens + 1 for c in chunks)):
+        if not graphs.fits(len(chunks), sum(c.num_tokens + c.num_draft_tokens for c in chunks)):
             return "more requests or rows than the largest bucket"
         return None
 
