@@ -169,6 +169,19 @@ def test_real_entry_point_quickstart(tmp_path: Path):
     assert broken.stderr.count("\n") == 1 and "absent" in broken.stderr
 
 
+def test_every_serve_flag_is_in_the_server_docs_and_back():
+    """docs/server.md's flag table and `mxserve serve`'s options name the same flags."""
+    import re
+
+    import typer.main
+
+    serve = typer.main.get_command(app).commands["serve"]
+    cli = {opt for param in serve.params for opt in param.opts if opt.startswith("--")}
+    table = (Path(__file__).parents[2] / "docs" / "server.md").read_text().split("## Flags")[1].split("\n## ")[0]
+    documented = set(re.findall(r"^\| `(--[a-z-]+)", table, re.MULTILINE))
+    assert cli == documented, f"undocumented: {sorted(cli - documented)}; not options: {sorted(documented - cli)}"
+
+
 def test_help_explains_each_command():
     for command in ("inspect", "convert", "random-checkpoint"):
         result = runner.invoke(app, [command, "--help"])
