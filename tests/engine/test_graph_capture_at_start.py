@@ -46,6 +46,27 @@ def test_cpu_engine_has_nothing_to_capture_and_says_so(tiny_all, caplog):
     assert len(out[0].outputs[0].token_ids) == 4
 
 
+@pytest.mark.parametrize("overrides", [{}, {"moe": "triton"}, dict(ALL_TRITON)])
+def test_refused_graphs_with_reference_kernels_warn_how_to_get_them(tiny_all, caplog, overrides):
+    """A GPU engine whose probe refuses capture because reference kernels sync (what the runner reports
+    there; stood in for on the CPU) warns once, names the ops still on the reference, and says how to
+    select the Triton ones; with every op on Triton the refusal is someone else's and no hint is given."""
+    llm = LLM(str(tiny_all), device="cpu", progress=False, kernel_overrides=overrides)
+    refused = CaptureReport({"decode": ()}, "the decode forward syncs with the host (moe/reference.py:1 in f)")
+    llm.engine.runner.capture_graphs = lambda max_batch: refused
+    with caplog.at_level(logging.INFO, logger="mxserve.engine"):
+        report = llm.engine.capture_graphs()
+    assert report.unavailable == refused.unavailable
+    assert any(r.getMessage().startswith("CUDA graphs unavailable, steps run eager") for r in caplog.records)
+    hints = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    if len(overrides) == len(ALL_TRITON):
+        assert hints == []
+    else:
+        on_reference = sorted(op for op in ALL_TRITON if op not in overrides)
+        assert len(hints) == 1 and f"reference kernels of {', '.join(on_reference)} sync" in hints[0]
+        assert "--kernel-overrides all-triton" in hints[0]
+
+
 def _greedy(llm: LLM, prompts: list[list[int]]) -> list[list[int]]:
     params = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
     return [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params)]
