@@ -35,7 +35,6 @@ def test_capture_report_says_what_was_captured_or_why_not():
     assert "nothing to capture" in CaptureReport({}, None).line()
 
 
-@pytest.mark.skipif(CUDA, reason="the CPU engine's case")
 def test_cpu_engine_has_nothing_to_capture_and_says_so(tiny_all, caplog):
     llm = LLM(str(tiny_all), device="cpu", progress=False)
     with caplog.at_level(logging.INFO, logger="mxserve.engine"):

@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from mxserve.cli.engine_options import KernelOverridesOption, SpeculativeConfigOption
 from mxserve.cli.errors import EXIT_BAD_INPUT, one_line_errors, show_progress
 
 
@@ -46,13 +47,8 @@ def run(
         "--tensor-parallel-size", "-tp", help="Ranks: one process per device (CPU ranks on the CPU).")] = 1,
     enable_expert_parallel: Annotated[bool, typer.Option(
         "--enable-expert-parallel", help="Partition the routed experts over the ranks instead of splitting each.")] = False,
-    speculative_config: Annotated[str | None, typer.Option(
-        "--speculative-config", help='DSpark speculative decoding as JSON, e.g. \'{"method": "dspark", '
-        '"num_speculative_tokens": 7}\' (keys: draft_sample_method, rejection_sample_method); docs/speculative.md.')] = None,
-    kernel_overrides: Annotated[str | None, typer.Option(
-        "--kernel-overrides", help="Kernel backends per op, e.g. 'linear=triton,moe=triton' (ops: linear, moe, "
-        "attention, hc), or 'all-triton'. Default: the torch reference kernels, which on a GPU sync with the host, so "
-        "decode runs without CUDA graphs; all-triton is the fast set. Same syntax as MXSERVE_KERNEL_OVERRIDES.")] = None,
+    speculative_config: SpeculativeConfigOption = None,
+    kernel_overrides: KernelOverridesOption = None,
 ) -> None:
     """Chat with a DeepSeek-V4 checkpoint (default: the small model shipped with mxserve)."""
     from mxserve.engine.llm import LLM

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from mxserve.cli.engine_options import KernelOverridesOption, SpeculativeConfigOption
 from mxserve.cli.errors import EXIT_BAD_INPUT, one_line_errors, show_progress
 
 
@@ -43,13 +44,8 @@ def serve(
     max_body_bytes: Annotated[int, typer.Option("--max-body-bytes", help="Larger request bodies get 413.")] = 8 << 20,
     shutdown_grace: Annotated[float, typer.Option(
         "--shutdown-grace", help="Seconds in-flight requests get to finish on SIGINT/SIGTERM before they are aborted.")] = 10.0,
-    speculative_config: Annotated[str | None, typer.Option(
-        "--speculative-config", help='DSpark speculative decoding as JSON, e.g. \'{"method": "dspark", '
-        '"num_speculative_tokens": 7}\' (keys: draft_sample_method, rejection_sample_method); docs/speculative.md.')] = None,
-    kernel_overrides: Annotated[str | None, typer.Option(
-        "--kernel-overrides", help="Kernel backends per op, e.g. 'linear=triton,moe=triton' (ops: linear, moe, "
-        "attention, hc), or 'all-triton'. Default: the torch reference kernels, which on a GPU sync with the host, so "
-        "decode runs without CUDA graphs; all-triton is the fast set. Same syntax as MXSERVE_KERNEL_OVERRIDES.")] = None,
+    speculative_config: SpeculativeConfigOption = None,
+    kernel_overrides: KernelOverridesOption = None,
     lazy_graph_capture: Annotated[bool, typer.Option(
         "--lazy-graph-capture", help="Capture each CUDA-graph batch bucket on first use instead of before the first "
         "request (starts faster; the first step at each new batch size then stalls every running request).")] = False,

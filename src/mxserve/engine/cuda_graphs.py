@@ -57,7 +57,6 @@ logger = logging.getLogger("mxserve.engine")
 BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)  # decode batch sizes a graph is captured for
 
 
-
 def static_decode_buffers() -> bool:
     """MXSERVE_DECODE_GRAPHS=1: the decode graphs' static-buffer path (no capture) also off CUDA, so the
     CPU tests run the runner's graphed decode and its split steps; `auto` (default): CUDA only."""

@@ -123,7 +123,9 @@ class ModelRunner:
         if not step.chunks:
             return StepResult(RunnerOutput({}))
         decodes = tuple(c for c in step.chunks if c.num_tokens == 1)
-        if (decodes and len(decodes) < len(step.chunks) and self._decision(step.chunks).is_eager
+        # split unless the whole step replays (prefill rows); without them a mixed step never does
+        if (decodes and len(decodes) < len(step.chunks)
+                and (not self.prefill_rows or self._decision(step.chunks).is_eager)
                 and not self._decision(decodes).is_eager):
             return self._split_step(step, decodes, sampling)
         rows: list[int] = []

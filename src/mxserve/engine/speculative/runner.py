@@ -154,9 +154,8 @@ class SpeculativeModelRunner(ModelRunner):
                 self._installed_tables[chunk.request_id] = chunk.block_tables
 
         decodes = tuple(c for c in step.chunks if _is_decode(c))
-        whole = self.prefill_rows and self.step_graphs is not None and (
-            self._why_not_graphed(self.step_graphs, step.chunks, sampling) is None)
-        if self.step_graphs is not None and decodes and len(decodes) < len(step.chunks) and not whole:
+        mixed = self.step_graphs is not None and decodes and len(decodes) < len(step.chunks)
+        if mixed and not (self.prefill_rows and self._why_not_graphed(self.step_graphs, step.chunks, sampling) is None):
             # a prefill chunk joined the decodes (continuous batching): the decodes still replay
             # the graphs, and only the prefill chunks run eager (the requests share no cache slot)
             graphed = self._graphed_step(step.restricted_to(decodes), sampling)
@@ -313,13 +312,13 @@ class SpeculativeModelRunner(ModelRunner):
         first = 0
         for chunk, k in zip(chunks, ks, strict=True):
             rid, info = chunk.request_id, sampling[chunk.request_id]
-            if not _is_decode(chunk):  # prefill rows: all commit; the last samples where the prompt ends
-                rejected += [False] * chunk.num_tokens
-                last = first + chunk.num_tokens - 1
-                if chunk.samples_next_token:
-                    outputs[rid] = (self._sample_row(logits, last, choices[last], chunk, info, result),)
-                first += chunk.num_tokens
-                continue
+            if not _is_decode(chunk):  # prefill rows all commit; where the prompt ends, the last row
+                rejected += [False] * (chunk.num_tokens - 1)  # samples as a decode without drafts
+                first += chunk.num_tokens - 1
+                if not chunk.samples_next_token:
+                    rejected.append(False)
+                    first += 1
+                    continue
             drafts = row_tokens[first + 1: first + 1 + k]
             if info.params.is_greedy:
                 verdict = verify_greedy(choices[first: first + k + 1], drafts)
@@ -387,22 +386,6 @@ class SpeculativeModelRunner(ModelRunner):
                                  f"expected {chunk.num_draft_tokens}")
             rows += [*chunk.token_ids, *drafts]
         return torch.tensor(rows, dtype=torch.int64, device=self.device)
-
-    def _sample_row(self, logits: torch.Tensor, row: int, choice: int, chunk: ScheduledChunk,
-                    info: RequestSampling, result: StepResult) -> int:
-        """The token a prefill chunk's last row samples (greedy: the target's choice; sampled: the
-        sampler's keyed draw, as the eager step draws it), with its logprobs when asked for."""
-        if info.params.is_greedy:
-            token = int(choice)
-        else:
-            token = int(self.sampler.sample(logits[row: row + 1], [info.params], [info.seed], [chunk.end_pos])
-                        .token_ids[0])
-        if info.params.logprobs is not None:
-            lp = compute_logprobs(logits[row: row + 1])
-            chosen = torch.tensor([token], dtype=torch.int64, device=lp.device)
-            result.sampled_logprobs[chunk.request_id] = gather_logprobs(lp, chosen, info.params.logprobs
-                                                                         ).to_positions()
-        return token
 
     def _why_not_graphed(self, graphs: SpecStepGraphs, chunks: Sequence[ScheduledChunk],
                          sampling: Mapping[str, RequestSampling]) -> str | None:
