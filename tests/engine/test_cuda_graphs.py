@@ -79,9 +79,8 @@ def test_eager_reasons_are_logged_once_and_counted(caplog):
     assert caplog.text.count("step runs eager (a)") == 1 and caplog.text.count("step runs eager (b)") == 1
 
 
-@pytest.mark.skipif(CUDA, reason="the CPU engine's reason")
 def test_cpu_engine_steps_record_why_they_ran_eager(tiny_all):
-    llm = LLM(str(tiny_all), numerics="exact", max_model_len=64, progress=False)
+    llm = LLM(str(tiny_all), device="cpu", numerics="exact", max_model_len=64, progress=False)
     llm.generate([[0, 5, 7]], SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))
     counts = llm.engine.runner.eager_stats.counts
     assert list(counts) == ["device is cpu (CUDA graphs need a CUDA device)"] and counts.most_common(1)[0][1] == 3
