@@ -30,6 +30,6 @@ def test_each_program_xors_its_span():
     programs, block = 3, 64
     buf = torch.randint(-2**31, 2**31 - 1, (programs * block * 2,), dtype=torch.int32, device=device)
     out = torch.zeros(programs, dtype=torch.int32, device=device)
-    bench.read_launch(buf, out, programs, block, 4)()
+    bench.read_launch(buf, out, block, 2, 4)()
     spans = buf.view(programs, -1).cpu().tolist()
     assert out.cpu().tolist() == [reduce(lambda a, b: a ^ b, span) for span in spans]
