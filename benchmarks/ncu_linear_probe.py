@@ -26,7 +26,7 @@ def main() -> None:
     buf = torch.randint(-2**31, 2**31 - 1, (n * k // 4,), dtype=torch.int32, device="cuda")
     out = torch.empty(buf.numel() // 4096, dtype=torch.int32, device="cuda")
     calls.append(read_launch(buf, out, 4096, 4, 8))
-    for name, (n, k) in SHAPES.items():
+    for n, k in SHAPES.values():
         codes = torch.randint(0, 126, (n, k), dtype=torch.uint8, device="cuda")
         scales = torch.randint(118, 124, (n // 128, k // 128), dtype=torch.uint8, device="cuda")
         w = QuantizedWeight.from_fp8_block(codes, scales)

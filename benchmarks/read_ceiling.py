@@ -60,13 +60,14 @@ def best_read_time(size: int, sms: int) -> dict:
     copies = max(1, math.ceil(ROTATE_BYTES / size))
     bufs = [torch.randint(-2**31, 2**31 - 1, (words,), dtype=torch.int32, device="cuda") for _ in range(copies)]
     out = torch.empty(words // min(b for b, _ in CONFIGS), dtype=torch.int32, device="cuda")
-    best = {"size_MB": size / MB, "bytes": size, "copies": copies, "s": math.inf}
+    best = {"size_MB": size / MB, "bytes": size, "copies": copies, "s": math.inf, "all": []}
     for block, warps in CONFIGS:
         for iters in ITERS:
             programs = words // (block * iters)
             if programs < sms:  # fewer programs than SMs cannot stream at the device's rate
                 continue
             t = graph_time([read_launch(b, out, block, iters, warps) for b in bufs])
+            best["all"].append({"block": block, "warps": warps, "iters": iters, "programs": programs, "s": t})
             if t < best["s"]:
                 best.update(s=t, block=block, warps=warps, iters=iters, programs=programs)
     best["TBps"] = size / best["s"] / 1e12
@@ -79,7 +80,7 @@ def fit_line(rows: list[dict]) -> tuple[float, float]:
     ys = [r["s"] for r in rows]
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
     return my - slope * mx, 1.0 / slope
 
 
@@ -95,7 +96,7 @@ def linear_rows(copy_bw: float) -> list[dict]:
         copies = max(1, math.ceil(ROTATE_BYTES / w0.nbytes))
         ws = [w0] + [QuantizedWeight.from_fp8_block(codes.clone(), scales.clone()) for _ in range(copies - 1)]
         x = torch.randn(1, k, device="cuda").bfloat16()
-        t = graph_time([lambda w=w: launch_linear_fp8_block(x, w) for w in ws])
+        t = graph_time([lambda w=w, x=x: launch_linear_fp8_block(x, w) for w in ws])
         rows.append({"shape": name, "bytes": w0.nbytes, "s": t, "TBps": w0.nbytes / t / 1e12,
                      "frac_copy": w0.nbytes / t / copy_bw})
     return rows
