@@ -13,7 +13,7 @@ stamp "the grid A/B at every Flash dense shape, M = 1, 8, 16"
 echo "exit $?"; grep -v Warning "$R/grid_ab.log" | tail -n 24 | cut -c1-260
 stamp "read ceiling: every config at 32 MB"
 (cd benchmarks && timeout 120 python3 read_ceiling.py --no-linear --out "$R/read_ceiling.json" > "$R/read_ceiling.log" 2>&1)
-echo "exit $?"; grep "fit" "$R/read_ceiling.log"
+echo "exit $?"; grep -A16 "^fit" "$R/read_ceiling.log"
 python3 - "$R/read_ceiling.json" <<'PY'
 import json, sys
 for r in json.load(open(sys.argv[1]))["reads"]:

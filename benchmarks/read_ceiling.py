@@ -43,6 +43,60 @@ def _stream_read_kernel(x_ptr, out_ptr, span, BLOCK: tl.constexpr):
     tl.store(out_ptr + tl.program_id(0), tl.xor_sum(acc, 0))
 
 
+@triton.jit(do_not_specialize=["row_words", "blocks"])
+def _tile_read_kernel(x_ptr, out_ptr, row_words, blocks, ROWS: tl.constexpr, CHUNK: tl.constexpr,
+                      UNROLL: tl.constexpr):
+    """The decode linear's access pattern without its arithmetic: program (n, s) reads rows
+    n·ROWS .. n·ROWS+ROWS-1 of a [rows, row_words] int32 matrix, `blocks` chunks of CHUNK words each
+    (128 B = one FP8 128-K block, 64 B = one MXFP4 block) from chunk s·blocks on, UNROLL chunks per
+    step (loads in flight), and stores one word."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    base = x_ptr + rows.to(tl.int64)[:, None] * row_words + tl.program_id(1) * blocks * CHUNK \
+        + tl.arange(0, CHUNK)[None, :]
+    acc = tl.zeros((ROWS, CHUNK), dtype=tl.int32)
+    for b in range(0, blocks, UNROLL):
+        for u in tl.static_range(UNROLL):
+            acc ^= tl.load(base + (b + u) * CHUNK)
+    flat = tl.xor_sum(acc, 1)
+    tl.store(out_ptr + tl.program_id(1) * tl.num_programs(0) + tl.program_id(0), tl.xor_sum(flat, 0))
+
+
+def tile_launch(buf: torch.Tensor, out: torch.Tensor, row_bytes: int, chunk_bytes: int, blocks: int,
+                rows: int = 64, warps: int = 4):
+    """One launch over the whole [numel·4 / row_bytes, row_bytes] matrix in `buf`, in (rows x chunk)
+    tiles, `blocks` chunks per program along a row (the split-K grid's K group)."""
+    row_words, chunk = row_bytes // 4, chunk_bytes // 4
+    num_rows = buf.numel() // row_words
+    splits = row_words // (chunk * blocks)
+    if num_rows % rows or splits * chunk * blocks != row_words or out.numel() < splits * num_rows // rows:
+        raise ValueError(f"tile_launch: {row_bytes=} {chunk_bytes=} {blocks=} do not tile the buffer")
+    unroll = min(4, blocks)
+    return lambda: _tile_read_kernel[(num_rows // rows, splits)](buf, out, row_words, blocks, ROWS=rows, CHUNK=chunk,
+                                                                 UNROLL=unroll, num_warps=warps)
+
+
+# (row bytes, chunk bytes): wo_b and wq_b as FP8 [N, K] bytes, a Flash expert's gate/up rows as MXFP4 bytes
+TILE_PATTERNS = ((8192, 128), (1024, 128), (2048, 64))
+TILE_BLOCKS = (1, 2, 4, 8, 16)
+
+
+def tile_read_times(size: int) -> list[dict]:
+    """The linear's pattern at `size` bytes (rotating copies, graph replay), against blocks per program."""
+    words = size // 4
+    bufs = [torch.randint(-2**31, 2**31 - 1, (words,), dtype=torch.int32, device="cuda")
+            for _ in range(max(1, math.ceil(ROTATE_BYTES / size)))]
+    out = torch.empty(words // 16, dtype=torch.int32, device="cuda")
+    rows = []
+    for row_bytes, chunk_bytes in TILE_PATTERNS:
+        for blocks in TILE_BLOCKS:
+            if blocks * chunk_bytes > row_bytes:
+                continue
+            t = graph_time([tile_launch(b, out, row_bytes, chunk_bytes, blocks) for b in bufs])
+            programs = (words // (row_bytes // 4) // 64) * (row_bytes // (chunk_bytes * blocks))
+            rows.append({"row_bytes": row_bytes, "chunk_bytes": chunk_bytes, "blocks": blocks, "programs": programs,
+                         "s": t, "TBps": size / t / 1e12})
+    return rows
+
 
 def read_launch(buf: torch.Tensor, out: torch.Tensor, block: int, iters: int, warps: int):
     """One launch that reads every word of `buf` (its size a multiple of block · iters): the
@@ -102,6 +156,10 @@ def linear_rows(copy_bw: float) -> list[dict]:
     return rows
 
 
+def size_frac(row: dict, copy_bw: float) -> float:
+    return row["TBps"] * 1e12 / copy_bw
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("read_ceiling.json"))
@@ -110,9 +168,10 @@ def main() -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     copy_bw = copy_bandwidth()
     reads = [best_read_time(s * MB, sms) for s in SIZES_MB]
+    tiles = tile_read_times(32 * MB)
     t0, bw = fit_line([r for r in reads if r["size_MB"] >= 16])
     result = {"device": torch.cuda.get_device_name(), "copy_TBps": copy_bw / 1e12, "reads": reads,
-              "fit": {"t0_us": t0 * 1e6, "TBps": bw / 1e12, "over": "sizes >= 16 MB"}}
+              "fit": {"t0_us": t0 * 1e6, "TBps": bw / 1e12, "over": "sizes >= 16 MB"}, "tiles_32MB": tiles}
     if not args.no_linear:
         result["linear"] = linear_rows(copy_bw)
         for row in result["linear"]:
@@ -125,6 +184,10 @@ def main() -> None:
         print(f"{r['size_MB']:6.0f} {r['s'] * 1e6:9.2f} {r['TBps']:6.2f} {100 * r['bytes'] / r['s'] / copy_bw:6.1f}%  "
               f"({r['block']}, {r['warps']}, {r['iters']}, {r['programs']})")
     print(f"fit over >= 16 MB: t = {t0 * 1e6:.2f} us + bytes / {bw / 1e12:.2f} TB/s")
+    print("32 MB in (64 rows x chunk) tiles, blocks per program along the row:")
+    for r in tiles:
+        print(f"  rows of {r['row_bytes']:5d} B, chunks of {r['chunk_bytes']:3d} B, {r['blocks']:2d} per program "
+              f"({r['programs']:5d} programs): {r['s'] * 1e6:6.2f} us, {100 * size_frac(r, copy_bw):.0f}% of copy")
     for row in result.get("linear", []):
         ceil_s = row["read_kernel_s_at_bytes"]
         print(f"{row['shape']}: {row['bytes'] / MB:.1f} MB, linear {row['s'] * 1e6:.2f} us "

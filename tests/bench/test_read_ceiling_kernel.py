@@ -33,3 +33,16 @@ def test_each_program_xors_its_span():
     bench.read_launch(buf, out, block, 2, 4)()
     spans = buf.view(programs, -1).cpu().tolist()
     assert out.cpu().tolist() == [reduce(lambda a, b: a ^ b, span) for span in spans]
+
+
+def test_the_tile_pattern_reads_every_word_once():
+    """Each word lands in exactly one program's xor: the xor of all programs' words is the buffer's."""
+    bench = _load_benchmark()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    row_bytes, chunk_bytes, blocks = 512, 64, 2  # 128 rows of 128 words: 2 row tiles x 4 splits
+    buf = torch.randint(-2**31, 2**31 - 1, (128 * 128,), dtype=torch.int32, device=device)
+    out = torch.zeros(8, dtype=torch.int32, device=device)
+    bench.tile_launch(buf, out, row_bytes, chunk_bytes, blocks)()
+    assert reduce(lambda a, b: a ^ b, out.cpu().tolist()) == reduce(lambda a, b: a ^ b, buf.cpu().tolist())
+    tiles = buf.view(2, 64, 4, 32).permute(2, 0, 1, 3).reshape(8, -1).cpu().tolist()  # (split, row tile)
+    assert out.cpu().tolist() == [reduce(lambda a, b: a ^ b, t) for t in tiles]
