@@ -140,24 +140,10 @@ def _scale_to_fp16(xf):
 
 
 @triton.jit
-def _weight_offsets(w_rows, kb, stride_wn, num_kb, W_TILED: tl.constexpr):
-    """[rows, 128] byte offsets of weight rows `w_rows` in 128-K block kb. Row-major codes: row · stride
-    + column. Tiled codes (W_TILED, `tile_fp8_codes`): [rows/64, num_kb, 64, 128], so the 64 x 128 tile
-    of block kb is 8 KB of consecutive bytes and a program's K group one contiguous run (the layout's why:
-    benchmarks/read_ceiling.py)."""
-    cols = tl.arange(0, 128)
-    if W_TILED:
-        tile = (w_rows // 64) * num_kb + kb
-        return (tile.to(tl.int64) * 8192 + (w_rows % 64) * 128)[:, None] + cols[None, :]
-    else:
-        return w_rows[:, None] * stride_wn + (kb * 128 + cols)[None, :]
-
-
-@triton.jit
 def _block_partial(
     x_ptr, xs_ptr, w_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, kb, M, K, stride_xm, stride_xsm, stride_wn,
     BLOCK_M: tl.constexpr, X_MODE: tl.constexpr, X_PIECES: tl.constexpr, DOT: tl.constexpr, W_KIND: tl.constexpr,
-    EVEN: tl.constexpr, XQ_ROWS: tl.constexpr, W_TILED: tl.constexpr,
+    EVEN: tl.constexpr, XQ_ROWS: tl.constexpr,
 ):
     """One 128-K block: the [BLOCK_N, BLOCK_M] partial sum, times the activation scale (not yet
     the weight block scale). EVEN: every block of the grid is in range (the launcher checks N, K
@@ -172,13 +158,13 @@ def _block_partial(
     else:
         x_rows = offs_m
         x_mask = m_mask[:, None]
-    w_ptrs = w_ptr + _weight_offsets(w_rows, kb, stride_wn, tl.cdiv(K, 128), W_TILED)
     if EVEN:
-        w = tl.load(w_ptrs)
+        w = tl.load(w_ptr + w_rows[:, None] * stride_wn + offs_k[None, :])
         x = tl.load(x_ptr + x_rows[:, None] * stride_xm + offs_k[None, :], mask=x_mask, other=0)
     else:
         k_mask = offs_k < K
-        w = tl.load(w_ptrs, mask=n_mask[:, None] & k_mask[None, :], other=0)
+        w = tl.load(w_ptr + w_rows[:, None] * stride_wn + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :],
+                    other=0)
         x = tl.load(x_ptr + x_rows[:, None] * stride_xm + offs_k[None, :], mask=x_mask & k_mask[None, :], other=0)
     # --- weight operand --------------------------------------------------------------------------
     if W_KIND == 0:
@@ -248,7 +234,7 @@ def _group_partial(
     stride_xm, stride_xsm, stride_wn,
     KB_PER_GROUP, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     X_MODE: tl.constexpr, X_PIECES: tl.constexpr, DOT: tl.constexpr, W_KIND: tl.constexpr, EVEN: tl.constexpr,
-    XQ_ROWS: tl.constexpr, W_TILED: tl.constexpr,
+    XQ_ROWS: tl.constexpr,
 ):
     """Sum over the group's K blocks kb0 .. kb0+KB_PER_GROUP-1 (those < num_kb), each block's
     partial already scaled; blocks past the end contribute exact zeros (none exist when EVEN)."""
@@ -258,8 +244,7 @@ def _group_partial(
     for j in range(KB_PER_GROUP):
         kb = kb0 + j
         blk = _block_partial(x_ptr, xs_ptr, w_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, kb, M, K,
-                             stride_xm, stride_xsm, stride_wn, BLOCK_M, X_MODE, X_PIECES, DOT, W_KIND, EVEN, XQ_ROWS,
-                             W_TILED)
+                             stride_xm, stride_xsm, stride_wn, BLOCK_M, X_MODE, X_PIECES, DOT, W_KIND, EVEN, XQ_ROWS)
         if W_KIND != 2:
             # the weight block scale, once per 128x128 weights. The pipeliner leaves this one-byte
             # load in place: loaded in the block that uses it, its L2 round trip sat between the
@@ -300,7 +285,6 @@ def _blockdot_kernel(
     PDL: tl.constexpr = False,  # launched as a programmatic dependent launch (see "Early start" above)
     PDL_BLOCKS: tl.constexpr = 4,  # PDL: 128-K weight blocks per program prefetched to L2 before the wait
     XQ_ROWS: tl.constexpr = 0,  # X_MODE 4 with M <= XQ_ROWS < BLOCK_M: quantize only those rows (0: the tile)
-    W_TILED: tl.constexpr = False,  # codes in 64 x 128 tiles (`_weight_offsets`); stride_wn unused
 ):
     """Grid (cdiv(N, BLOCK_N), cdiv(M, BLOCK_M), G·S): N is the per-group output width; group g of
     a block-diagonal weight reads x[:, g, :] (stride_xg) and weight rows g·N .. g·N+N-1 and writes
@@ -325,19 +309,18 @@ def _blockdot_kernel(
         tl.extra.cuda.gdc_launch_dependents()
         kb_first = split * KB_PER_GROUP if SPLIT else 0
         _prefetch_weight_l2(w_ptr, grp * N + pid_n * BLOCK_N, grp * N + N, stride_wn, kb_first,
-                            tl.minimum(kb_first + KB_PER_GROUP, num_kb), num_kb, BLOCK_N, PDL_BLOCKS, W_TILED)
+                            tl.minimum(kb_first + KB_PER_GROUP, num_kb), BLOCK_N, PDL_BLOCKS)
         tl.extra.cuda.gdc_wait()
     if SPLIT:
         total = _group_partial(x_base, xs_base, w_ptr, ws_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask, scale_row,
                                split * KB_PER_GROUP, num_kb, M, K, stride_xm, stride_xsm, stride_wn,
-                               KB_PER_GROUP, BLOCK_M, BLOCK_N, X_MODE, X_PIECES, DOT, W_KIND, EVEN, XQ_ROWS, W_TILED)
+                               KB_PER_GROUP, BLOCK_M, BLOCK_N, X_MODE, X_PIECES, DOT, W_KIND, EVEN, XQ_ROWS)
     else:
         total = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         for g in range(NUM_GROUPS):
             total += _group_partial(x_base, xs_base, w_ptr, ws_ptr, lut_ptr, offs_m, m_mask, w_rows, n_mask,
                                     scale_row, g * KB_PER_GROUP, num_kb, M, K, stride_xm, stride_xsm, stride_wn,
-                                    KB_PER_GROUP, BLOCK_M, BLOCK_N, X_MODE, X_PIECES, DOT, W_KIND, EVEN, XQ_ROWS,
-                                    W_TILED)
+                                    KB_PER_GROUP, BLOCK_M, BLOCK_N, X_MODE, X_PIECES, DOT, W_KIND, EVEN, XQ_ROWS)
     # out is [S or 1, M, G·N]; the tile is transposed on the way out
     o_mask = n_mask[:, None] & m_mask[None, :]
     tile_offs = offs_m[None, :] * stride_om + (grp * N + offs_n)[:, None]
@@ -373,8 +356,8 @@ def _blockdot_kernel(
 
 
 @triton.jit
-def _prefetch_weight_l2(w_ptr, row0, row_end, stride_wn, kb_first, kb_end, num_kb, BLOCK_N: tl.constexpr,
-                        PDL_BLOCKS: tl.constexpr, W_TILED: tl.constexpr):
+def _prefetch_weight_l2(w_ptr, row0, row_end, stride_wn, kb_first, kb_end, BLOCK_N: tl.constexpr,
+                        PDL_BLOCKS: tl.constexpr):
     """`prefetch.global.L2` of the 128-byte row segments of weight rows row0 .. row0+BLOCK_N-1 in
     blocks kb_first .. kb_first+PDL_BLOCKS-1, clamped to rows < row_end and blocks < kb_end (a
     duplicate hint is harmless). L2 only: it fills no register and no L1 line, and L2 is where every
@@ -382,10 +365,7 @@ def _prefetch_weight_l2(w_ptr, row0, row_end, stride_wn, kb_first, kb_end, num_k
     i = tl.arange(0, BLOCK_N * PDL_BLOCKS)
     row = tl.minimum(row0 + i % BLOCK_N, row_end - 1)
     kb = tl.minimum(kb_first + i // BLOCK_N, kb_end - 1)
-    if W_TILED:
-        ptrs = w_ptr + ((row // 64) * num_kb + kb).to(tl.int64) * 8192 + (row % 64) * 128
-    else:
-        ptrs = w_ptr + row.to(tl.int64) * stride_wn + kb * 128
+    ptrs = w_ptr + row.to(tl.int64) * stride_wn + kb * 128
     tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // dummy $0", "=r,l", [ptrs], dtype=tl.int32, is_pure=False,
                               pack=1)
 

@@ -301,14 +301,12 @@ def _lut(weight: QuantizedWeight) -> torch.Tensor:
 def linear_fp8_block_triton(
     x: torch.Tensor, weight: QuantizedWeight, *, quantize_input: bool = False, tile: str = "auto",
     weight_decode: str = "auto", split_sum: str = "auto", out_dtype: torch.dtype | None = None,
-    w_tiled: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x [..., K] · W[N, K]ᵀ → [..., N] in `out_dtype` (None: fp32), see `linear_fp8_block_ref`.
 
     `tile`, `split_sum`: see the module docstring. `weight_decode`: "auto" (native e4m3fn
     conversion for e4m3fn, value table otherwise) or "lut". `out_dtype` bf16/fp16: the fp32
-    result rounded to nearest even (== `.to(out_dtype)`), by the launch itself where it can.
-    `w_tiled`: see `launch_linear_fp8_block` (the tensor-core tiles only)."""
+    result rounded to nearest even (== `.to(out_dtype)`), by the launch itself where it can."""
     weight = check_fp8_block_weight(weight)
     n, k = weight.shape
     out_dtype = _check_out_dtype(out_dtype)
@@ -322,8 +320,6 @@ def linear_fp8_block_triton(
     x2 = x.reshape(-1, k)
     if x2.stride(1) != 1:
         x2 = x2.contiguous()  # the kernels read 128 contiguous channels per block
-    if w_tiled is not None and tile in ("gemv", "prefill_fast"):
-        raise ValueError(f"linear_fp8_block: w_tiled is read by the tensor-core tiles only, not {tile=}")
     if tile == "gemv":
         if quantize_input:
             x2 = fake_quant_fp8(x2.float(), block=BLOCK_K)  # exact values; products exact in fp32
@@ -341,18 +337,18 @@ def linear_fp8_block_triton(
     elif quantize_input and x2.shape[0] and _fuses_act_quant(x2, weight, tile):
         # decode W8A8, one launch: the programs quantize their own slices of x (same codes and scales)
         out = launch_linear_fp8_block(x2, weight, quantize_x=True, tile=tile, weight_decode=weight_decode,
-                                      split_sum=split_sum, out_dtype=out_dtype, w_tiled=w_tiled)
+                                      split_sum=split_sum, out_dtype=out_dtype)
     elif quantize_input and x2.shape[0]:
         x_codes, x_scales = quantize_fp8_block(x2)  # fused kernel, bit-identical to the twin
         out = launch_linear_fp8_block(x_codes, weight, x_scales=x_scales, tile=tile, weight_decode=weight_decode,
-                                      split_sum=split_sum, out_dtype=out_dtype, w_tiled=w_tiled)
+                                      split_sum=split_sum, out_dtype=out_dtype)
     elif _uses_prepared_x(x2, weight, tile, weight_decode):
         x_hi, x_inv = prepare_activation_fp16(x2)  # the in-kernel preparation's bits, once per call
         out = launch_linear_fp8_block(x_hi, weight, tile=tile, weight_decode=weight_decode, split_sum=split_sum,
-                                      x_inv=x_inv, out_dtype=out_dtype, w_tiled=w_tiled)
+                                      x_inv=x_inv, out_dtype=out_dtype)
     else:
         out = launch_linear_fp8_block(x2, weight, tile=tile, weight_decode=weight_decode, split_sum=split_sum,
-                                      out_dtype=out_dtype, w_tiled=w_tiled)
+                                      out_dtype=out_dtype)
     return out.reshape(*lead, n)
 
 
@@ -410,30 +406,6 @@ def grouped_linear_fp8_block_triton(x: torch.Tensor, weight: QuantizedWeight, *,
     return out.view(t, groups, rows // groups)
 
 
-TILE_ROWS = 64  # rows of one tile of `tile_fp8_codes` (the decode launch's smallest BLOCK_N)
-
-
-def tile_fp8_codes(codes: torch.Tensor) -> torch.Tensor:
-    """Row-major FP8 codes [N, K] (N % 64 == 0, K % 128 == 0) → the same bytes as [N/64, K/128, 64, 128]:
-    each 64-row x 128-K tile contiguous, a row of tiles in K order. A decode program then reads its K
-    group as one run of consecutive bytes instead of 64 rows of 128 B at the row stride
-    (benchmarks/read_ceiling.py: 66% against 80% of copy for 32 MB)."""
-    n, k = codes.shape
-    if codes.dtype != torch.uint8 or n % TILE_ROWS or k % BLOCK_K:
-        raise ValueError(f"tile_fp8_codes: needs uint8 codes [N, K] with N % {TILE_ROWS} == 0 and K % {BLOCK_K} == 0, "
-                         f"got {codes.dtype} {tuple(codes.shape)}")
-    return codes.reshape(n // TILE_ROWS, TILE_ROWS, k // BLOCK_K, BLOCK_K).transpose(1, 2).contiguous()
-
-
-def _check_tiled(weight: QuantizedWeight, w_tiled: torch.Tensor) -> None:
-    n, k = weight.shape
-    want = (n // TILE_ROWS, k // BLOCK_K, TILE_ROWS, BLOCK_K)
-    if n % TILE_ROWS or k % BLOCK_K or w_tiled.dtype != torch.uint8 or tuple(w_tiled.shape) != want \
-            or not w_tiled.is_contiguous() or w_tiled.device != weight.device:
-        raise ValueError(f"linear_fp8_block: w_tiled must be tile_fp8_codes(weight.codes), uint8 {want} on "
-                         f"{weight.device}; got {w_tiled.dtype} {tuple(w_tiled.shape)} on {w_tiled.device}")
-
-
 def _check_launch(x_op: torch.Tensor, weight: QuantizedWeight, x_scales: torch.Tensor | None, tile: str,
                   weight_decode: str, split_sum: str = "auto") -> None:
     k = weight.shape[1]
@@ -486,18 +458,14 @@ def prepare_activation_fp16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 def launch_linear_fp8_block(
     x_op: torch.Tensor, weight: QuantizedWeight, *, x_scales: torch.Tensor | None = None, tile: str = "auto",
     weight_decode: str = "auto", groups: int = 1, split_sum: str = "auto", x_inv: torch.Tensor | None = None,
-    quantize_x: bool = False, out_dtype: torch.dtype | None = None, w_tiled: torch.Tensor | None = None,
+    quantize_x: bool = False, out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """The tensor-core kernel on float x [M, K] (or [M, G, K] with `groups`), or (W8A8) e4m3fn
     codes x_op uint8 [M, K] with `x_scales` fp32 [M, ceil(K/128)], or (prepared, see
     `prepare_activation_fp16`) fp16 x_op [M, K] with `x_inv` fp32 [M, ceil(K/128)], or (W8A8,
     `quantize_x`) float x [M, K] quantized inside the programs. → [M, N] in `out_dtype` (None: fp32).
-    `w_tiled`: `tile_fp8_codes(weight.codes)`, read instead of the row-major codes (same values, same
-    arithmetic, so the same bits; an issue-9 experiment, off every default path).
     Public so benchmarks can time the GEMM apart from the activation quantization/preparation."""
     weight = check_fp8_block_weight(weight)
-    if w_tiled is not None:
-        _check_tiled(weight, w_tiled)
     out_dtype = _check_out_dtype(out_dtype)
     if quantize_x and (x_scales is not None or x_inv is not None or groups != 1 or x_op.dtype not in _X_DTYPES):
         raise ValueError(f"linear_fp8_block: quantize_x takes float x [M, K] alone (no x_scales / x_inv, one group); "
@@ -562,14 +530,14 @@ def launch_linear_fp8_block(
     xs3 = x_scales.unsqueeze(1) if x_scales.dim() == 2 else x_scales
     lut = _lut(weight) if use_lut else weight.scales  # unused pointer when not use_lut
     dest = torch.empty((num_splits, m, rows), dtype=torch.float32, device=x_op.device) if num_splits > 1 else out
-    args = (x3, xs3, weight.codes if w_tiled is None else w_tiled, weight.scales, lut, dest, m, n, k,
+    args = (x3, xs3, weight.codes, weight.scales, lut, dest, m, n, k,
             x3.stride(0), x3.stride(1), xs3.stride(0), xs3.stride(1) if groups > 1 else 0, weight.codes.stride(0),
             weight.scales.stride(0), dest.stride(0) if num_splits > 1 else 0, rows, num_splits,
             0 if is_decode else _m_bucket(m))
     # EVEN: no partial tile (every BLOCK_N divides 128) and no partial or missing K block in any group
     even = opts.even and n % 128 == 0 and k % BLOCK_K == 0 and triton.cdiv(k, BLOCK_K) % group == 0
     meta = dict(KB_PER_GROUP=group, NUM_GROUPS=num_groups, SPLIT=split, FUSED_SUM=counters is not None, EVEN=even,
-                **consts, **({"W_TILED": True} if w_tiled is not None else {}))
+                **consts)
     if quantize_x and is_decode and m <= XQ_FEW_ROWS_MAX:
         # quantize only the live rows (kernel docstring, "few rows"): at M = 1 the fused K loop is 192
         # instead of 488 warp instructions per 64 x 128 block; at 4 and 8 rows the broadcast costs more
@@ -691,7 +659,7 @@ def launch_gemv_fp8_block(x: torch.Tensor, weight: QuantizedWeight, *, weight_de
 
 # --- autotuned kernels (built on first GPU use; the interpreter never autotunes) ----------------
 _tuned: dict[str, object] = {}
-_MODE_KEYS = ["N", "K", "X_MODE", "X_PIECES", "DOT", "W_KIND", "KB_PER_GROUP", "SPLIT", "FUSED_SUM", "EVEN", "PDL", "W_TILED",
+_MODE_KEYS = ["N", "K", "X_MODE", "X_PIECES", "DOT", "W_KIND", "KB_PER_GROUP", "SPLIT", "FUSED_SUM", "EVEN", "PDL",
               "XQ_ROWS"]
 
 
