@@ -32,8 +32,8 @@ VARIANTS = {
 
 def test_shape_rule_plans_by_layer_size() -> None:
     """The measured rule (session 5): >= 32 Mi weights prepared activations on 64-feature tiles,
-    smaller layers a dependent launch on 128 x 8-warp tiles; a value given wins; no rule for grouped
-    launches or with the rule off."""
+    smaller layers a dependent launch on 64-feature 4-warp 2-stage tiles (session 13); a value given
+    wins; no rule for grouped launches or with the rule off."""
     rule = DecodeOptions()
     assert rule.weight_only_plan(4096, 8192, groups=1) == (False, True, launcher.LARGE_DECODE_CONFIG)
     assert rule.weight_only_plan(4096, 4096, groups=1) == (True, False, launcher.SMALL_DECODE_CONFIG)
@@ -141,13 +141,14 @@ def test_gpu_options_bitwise_eager_and_graph(n: int, k: int) -> None:
     """GPU: each option set (PDL included) equals the pre-option launch bit for bit at M = 1, 7, 16
     (bf16 x; W8A8 with the default and PDL options), 5 calls in a row, and under CUDA-graph replay
     of a chain of 3 launches (PDL edges between them) on fresh inputs. The decode config is forced
-    (64x4x4, and 128x8x4 for one variant) so the test compiles ~20 kernels instead of autotuning
+    (64x4x4; 128x8x4 and the small layers' 64x4x2 for one variant each) so the test compiles ~20 kernels instead of autotuning
     each option set; configs never change bits (the autotuned default is compared in
     benchmarks/kernels.py --decode-ab)."""
     w = weight(n, k, seed=21, device="cuda")
     x = torch.randn(16, k, device="cuda")
     variants = {**{name: (opts, (64, 4, 4)) for name, opts in VARIANTS.items()},
-                "pdl": (DecodeOptions(pdl=True), (64, 4, 4)), "pdl_128x8": (DecodeOptions(pdl=True), (128, 8, 4))}
+                "pdl": (DecodeOptions(pdl=True), (64, 4, 4)), "pdl_128x8": (DecodeOptions(pdl=True), (128, 8, 4)),
+                "pdl_64x4s2": (DecodeOptions(pdl=True), launcher.SMALL_DECODE_CONFIG)}
     try:
         for xin, q in ((x.bfloat16(), False), (x, True)):
             for m in (1, 7, 16):
