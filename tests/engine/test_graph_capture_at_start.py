@@ -52,7 +52,7 @@ def test_refused_graphs_with_reference_kernels_warn_how_to_get_them(tiny_all, ca
     select the Triton ones; with every op on Triton the refusal is someone else's and no hint is given."""
     llm = LLM(str(tiny_all), device="cpu", progress=False, kernel_overrides=overrides)
     refused = CaptureReport({"decode": ()}, "the decode forward syncs with the host (moe/reference.py:1 in f)")
-    llm.engine.runner.capture_graphs = lambda max_batch: refused
+    llm.engine.runner.capture_graphs = lambda max_batch, max_rows=0: refused
     with caplog.at_level(logging.INFO, logger="mxserve.engine"):
         report = llm.engine.capture_graphs()
     assert report.unavailable == refused.unavailable
@@ -100,3 +100,32 @@ def test_gpu_speculative_engine_captures_every_bucket_first_and_nothing_while_se
     graphs = llm.engine.runner.step_graphs
     assert graphs.captured_buckets() == want_buckets and graphs.num_steps > 0
     assert got == _greedy(LLM(**opts), PROMPTS)
+
+
+def test_decode_max_rows_adds_the_row_buckets_and_refuses_other_values(monkeypatch):
+    from mxserve.engine.cuda_graphs import decode_buckets_from_env
+    assert decode_buckets_from_env() == BUCKETS  # default: the decode buckets only
+    monkeypatch.setenv("MXSERVE_DECODE_MAX_ROWS", "256")
+    assert decode_buckets_from_env() == (*BUCKETS, 128, 256)
+    monkeypatch.setenv("MXSERVE_DECODE_MAX_ROWS", "100")
+    with pytest.raises(ValueError, match="MXSERVE_DECODE_MAX_ROWS='100': expected one of"):
+        decode_buckets_from_env()
+
+
+@pytest.mark.parametrize(("prefill_rows", "want"), [("0", BUCKETS[:4]), ("1", (*BUCKETS, 128))])
+def test_prefill_rows_capture_up_to_the_step_budget(tiny_all, monkeypatch, prefill_rows, want):
+    """With prefill rows a step of up to max_num_batched_tokens tokens may replay a graph, so the
+    start-up capture covers the buckets up to the budget (within MXSERVE_DECODE_MAX_ROWS), not only
+    up to max_num_seqs. The static-buffer path stands in for capture on the CPU: the buckets asked
+    for are the ones the runner prepares."""
+    monkeypatch.setenv("MXSERVE_DECODE_MAX_ROWS", "256")
+    monkeypatch.setenv("MXSERVE_PREFILL_ROWS", prefill_rows)
+    llm = LLM(str(tiny_all), device="cpu", progress=False, max_num_seqs=8, max_num_batched_tokens=100,
+              max_model_len=256)
+    runner = llm.engine.runner
+    assert runner.decode_graphs is not None and runner.decode_graphs.buckets == (*BUCKETS, 128, 256)
+    asked = []
+    runner.decode_graphs.capture = True  # what a CUDA runner has; prepare is stood in for below
+    monkeypatch.setattr(runner.decode_graphs, "prepare", lambda bucket: asked.append(bucket) or True)
+    runner.capture_graphs(llm.engine.config.max_num_seqs, max_rows=llm.engine.config.max_num_batched_tokens)
+    assert tuple(asked) == want

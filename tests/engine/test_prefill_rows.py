@@ -82,21 +82,44 @@ def test_prompt_logprobs_through_rows(tiny_all, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_gpu_prefill_rows_give_the_eager_prefills_tokens_all_triton(monkeypatch):
+@pytest.mark.parametrize(("max_rows", "budget", "chunk"), [("64", 64, 32), ("256", 256, 128)])
+def test_gpu_prefill_rows_give_the_eager_prefills_tokens_all_triton(monkeypatch, max_rows, budget, chunk):
     """The H200 gate for turning the switch on: the default model with every Triton kernel, prompts
-    in 32-token chunks beside decodes (a 64-token step budget, so every step fits the 64-row bucket):
-    the prefill steps replay the decode graph, and the greedy tokens equal the eager prefill's."""
+    in chunks beside decodes (a step budget no larger than the largest bucket, so every step fits a
+    bucket; 256: MXSERVE_DECODE_MAX_ROWS's 128- and 256-row buckets, whole prompts in one step): the
+    prefill steps replay the decode graph, and the greedy tokens equal the eager prefill's."""
     from mxserve.kernels.chooser import ALL_TRITON
 
     prompts = [[0, *range(7, 7 + n)] for n in (3, 60, 9, 45, 2, 24, 17)]
     params = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)
     opts = dict(device="cuda", max_model_len=512, progress=False, kernel_overrides=ALL_TRITON,
-                max_num_batched_tokens=64, long_prefill_token_threshold=32)
+                max_num_batched_tokens=budget, long_prefill_token_threshold=chunk)
     want = [list(o.outputs[0].token_ids) for o in LLM(**opts).generate(prompts, params)]
     monkeypatch.setenv("MXSERVE_PREFILL_ROWS", "1")
+    monkeypatch.setenv("MXSERVE_DECODE_MAX_ROWS", max_rows)
     llm = LLM(**opts)
     got = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params)]
     runner = llm.engine.runner
     assert runner.num_prefill_row_steps > 0 and runner.decode_graphs.num_replays > 0
+    assert not any("prefill" in reason for reason in runner.eager_stats.counts), dict(runner.eager_stats.counts)
+    assert got == want
+
+
+def test_larger_row_buckets_take_a_whole_prompt(tiny_all, monkeypatch):
+    """MXSERVE_DECODE_MAX_ROWS=128: a 100-token prompt in one step of a 128-token budget replays the
+    128-row bucket instead of running eager, with the eager engine's greedy tokens."""
+    assert decide([100], **BASE, prefill_rows=True).is_eager
+    assert decide([100], **BASE, prefill_rows=True, buckets=(1, 2, 4, 8, 16, 32, 64, 128)).bucket == 128
+    opts = dict(device="cpu", max_model_len=160, max_num_batched_tokens=128, progress=False, numerics="exact")
+    prompt = [0, *range(5, 104)]
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    want = LLM(str(tiny_all), enforce_eager=True, **opts).generate([prompt], params)[0].outputs[0].token_ids
+    monkeypatch.setenv("MXSERVE_DECODE_GRAPHS", "1")
+    monkeypatch.setenv("MXSERVE_PREFILL_ROWS", "1")
+    monkeypatch.setenv("MXSERVE_DECODE_MAX_ROWS", "128")
+    llm = LLM(str(tiny_all), **opts)
+    got = llm.generate([prompt], params)[0].outputs[0].token_ids
+    runner = llm.engine.runner
+    assert runner.num_prefill_row_steps == 1  # the whole prompt, one step
     assert not any("prefill" in reason for reason in runner.eager_stats.counts), dict(runner.eager_stats.counts)
     assert got == want

@@ -55,6 +55,26 @@ from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry, build_decode
 logger = logging.getLogger("mxserve.engine")
 
 BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)  # decode batch sizes a graph is captured for
+# Row counts a step may replay beyond a decode batch: prefill rows (a chunk's tokens as rows) and the
+# speculative verify (K + 1 rows a request). Off by default; the variables below opt in.
+ROW_BUCKETS: tuple[int, ...] = (*BUCKETS, 128, 256, 512)
+DEFAULT_MAX_ROWS = 64
+
+
+def row_buckets_from_env(variable: str) -> tuple[int, ...]:
+    """The buckets up to the largest that `variable` names (one of ROW_BUCKETS; default 64)."""
+    text = os.environ.get(variable, str(DEFAULT_MAX_ROWS))
+    if text not in {str(b) for b in ROW_BUCKETS}:
+        raise ValueError(f"{variable}={text!r}: expected one of {list(ROW_BUCKETS)}")
+    return tuple(b for b in ROW_BUCKETS if b <= int(text))
+
+
+def decode_buckets_from_env() -> tuple[int, ...]:
+    """MXSERVE_DECODE_MAX_ROWS (default 64): the largest bucket of the plain decode graphs. 128-512
+    let a step of prefill rows (MXSERVE_PREFILL_ROWS=1) up to that many tokens replay a graph instead
+    of running eager — a 128-token prompt alone, or a budget of 256 tokens shared by a batch — and
+    batches of more than 64 requests replay too. Each bucket is one more capture at start-up."""
+    return row_buckets_from_env("MXSERVE_DECODE_MAX_ROWS")
 
 
 def static_decode_buffers() -> bool:

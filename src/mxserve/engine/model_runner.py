@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 import torch
 
 from mxserve.engine.cuda_graphs import (
+    BUCKETS,
     CaptureReport,
     DecodeGraphs,
     EagerStats,
     GraphDecision,
     buckets_up_to,
     decide,
+    decode_buckets_from_env,
     prefill_rows_enabled,
     static_decode_buffers,
 )
@@ -99,15 +101,17 @@ class ModelRunner:
         self.num_prefill_row_steps = 0  # steps with prefill chunks that replayed the decode graph
         if max_model_len is not None and getattr(model, "supports_cuda_graphs", False) and not enforce_eager:
             geometry = DecodeGeometry.for_positions(model.config, cache_state.block_size, max_model_len)
-            self.decode_graphs = DecodeGraphs(model, cache_state, geometry, device, capture=device.type == "cuda")
+            self.decode_graphs = DecodeGraphs(model, cache_state, geometry, device, capture=device.type == "cuda",
+                                              buckets=decode_buckets_from_env())
 
-    def capture_graphs(self, max_batch: int) -> CaptureReport:
-        """Capture the decode graph of every bucket a batch of up to `max_batch` requests uses, ahead of
-        traffic (`LLMEngine.capture_graphs`); nothing where decode steps do not replay graphs."""
+    def capture_graphs(self, max_batch: int, max_rows: int = 0) -> CaptureReport:
+        """Capture the decode graph of every bucket a batch of up to `max_batch` requests uses — or, with
+        prefill rows, a step of up to `max_rows` tokens (the step budget) — ahead of traffic
+        (`LLMEngine.capture_graphs`); nothing where decode steps do not replay graphs."""
         graphs = self.decode_graphs
         if graphs is None or not graphs.capture:
             return CaptureReport({}, None)
-        for bucket in buckets_up_to(max_batch, graphs.buckets):
+        for bucket in buckets_up_to(max(max_batch, max_rows if self.prefill_rows else 0), graphs.buckets):
             if not graphs.prepare(bucket):
                 break
         return CaptureReport({"decode": graphs.captured_buckets()}, graphs.unavailable)
@@ -237,6 +241,7 @@ class ModelRunner:
             hooks_on=getattr(self.model, "observer", None) is not None,
             unavailable="no decode capacity (max_model_len) was given to the runner" if graphs is None
             else graphs.unavailable, static_buffers=self.static_decode, prefill_rows=self.prefill_rows,
+            buckets=BUCKETS if graphs is None else graphs.buckets,
         )
 
     def _graph_decode(self, step: SchedulerOutput, rows: list[int]) -> torch.Tensor | None:

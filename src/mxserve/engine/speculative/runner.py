@@ -126,15 +126,17 @@ class SpeculativeModelRunner(ModelRunner):
                               verify_buckets=verify_buckets_from_env(), capture=cuda and not enforce_eager,
                               device_verdicts=self.draft_lookahead)
 
-    def capture_graphs(self, max_batch: int) -> CaptureReport:
+    def capture_graphs(self, max_batch: int, max_rows: int = 0) -> CaptureReport:
         """Capture the step graphs every batch of up to `max_batch` requests uses, ahead of traffic: the
         draft per request bucket, the verify and rollback/commit per row bucket (up to K + 1 rows a
-        request, within the largest bucket); nothing where steps do not replay graphs."""
+        request — or, with prefill rows, `max_rows` tokens, the step budget — within the largest
+        bucket); nothing where steps do not replay graphs."""
         graphs = self.step_graphs
         if graphs is None or not graphs.capture:
             return CaptureReport({}, None)
+        rows = max(max_batch * (self.block_width + 1), max_rows if self.prefill_rows else 0)
         graphs.prepare(draft_buckets=buckets_up_to(max_batch, graphs.buckets),
-                       verify_buckets=buckets_up_to(max_batch * (self.block_width + 1), graphs.verify_buckets))
+                       verify_buckets=buckets_up_to(rows, graphs.verify_buckets))
         return CaptureReport(graphs.captured_buckets(), graphs.unavailable)
 
     # ------------------------------------------------------------------ the step

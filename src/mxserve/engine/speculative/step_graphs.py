@@ -30,14 +30,21 @@ the host reads the step's tokens.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from mxserve.engine.cuda_graphs import BUCKETS, GraphCapturer, GraphUnavailable, bucket_for
+from mxserve.engine.cuda_graphs import (
+    BUCKETS,
+    DEFAULT_MAX_ROWS,
+    ROW_BUCKETS,
+    GraphCapturer,
+    GraphUnavailable,
+    bucket_for,
+    row_buckets_from_env,
+)
 from mxserve.engine.speculative.draft_lookahead import DraftLookahead
 from mxserve.engine.speculative.row_snapshot import RowSnapshot
 from mxserve.model.decode_addresses import DecodeAddresses
@@ -51,17 +58,14 @@ logger = logging.getLogger("mxserve.engine")
 # requests x a whole K = 7 block). Only up to 64 by default: on the H200 (session 12 call 4) a 512-row
 # verify took 12.5 ms against 3.3 ms at 64 rows (the decode kernels scale with rows), and 64 requests
 # at K = 7 ran at 4854 tok/s with 512-row buckets against 10010 with drafts cut to fit 64 rows.
-VERIFY_BUCKETS: tuple[int, ...] = (*BUCKETS, 128, 256, 512)
-DEFAULT_VERIFY_MAX_ROWS = 64
+VERIFY_BUCKETS: tuple[int, ...] = ROW_BUCKETS
+DEFAULT_VERIFY_MAX_ROWS = DEFAULT_MAX_ROWS
 
 
 def verify_buckets_from_env() -> tuple[int, ...]:
     """MXSERVE_SPEC_VERIFY_MAX_ROWS (default 64): the largest verify bucket, which caps a step's rows
     (the scheduler cuts a batch's drafts to fit); 128, 256 or 512 let larger batches keep their drafts."""
-    text = os.environ.get("MXSERVE_SPEC_VERIFY_MAX_ROWS", str(DEFAULT_VERIFY_MAX_ROWS))
-    if text not in {str(b) for b in VERIFY_BUCKETS}:
-        raise ValueError(f"MXSERVE_SPEC_VERIFY_MAX_ROWS={text!r}: expected one of {list(VERIFY_BUCKETS)}")
-    return tuple(b for b in VERIFY_BUCKETS if b <= int(text))
+    return row_buckets_from_env("MXSERVE_SPEC_VERIFY_MAX_ROWS")
 
 
 @dataclass
