@@ -142,7 +142,7 @@ _FORCED: dict[str, tuple | None] = {"decode": None, "prefill": None, "gemv": Non
 # 15.4, wq_b 15.8 -> 14.0); smaller layers with a programmatic dependent launch on 128-feature tiles
 # of 8 warps (wq_a||wkv 8.8 -> 7.0, shared w13 11.3 -> 10.3, shared w2 7.9 -> 6.9, indexer wq_b
 # 7.9 -> 6.8). W8A8 decode keeps its autotuned launch (not part of that comparison).
-# Session 13 (calls 2 and 3, benchmarks/linear_grid_ab.py and linear_tiled_ab.py, same bits): the small
+# Session 13 (calls 2 and 3: benchmarks/linear_grid_ab.py, and linear_tiled_ab.py at caabd3c; same bits): the small
 # layers' dependent launch on 64-feature tiles of 4 warps and 2 stages instead — a program holds one or
 # two K blocks of these layers, so deeper pipelines only cost registers and occupancy. At M = 8 / 16 it
 # was faster on all four in both calls (wq_a||wkv 9.0 -> 7.2-8.1 / 11.4 -> 8.3-9.4 us, shared w13 11.5 ->
