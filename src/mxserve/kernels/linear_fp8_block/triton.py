@@ -143,11 +143,11 @@ _FORCED: dict[str, tuple | None] = {"decode": None, "prefill": None, "gemv": Non
 # of 8 warps (wq_a||wkv 8.8 -> 7.0, shared w13 11.3 -> 10.3, shared w2 7.9 -> 6.9, indexer wq_b
 # 7.9 -> 6.8). W8A8 decode keeps its autotuned launch (not part of that comparison).
 # Session 13 (calls 2 and 3: benchmarks/linear_grid_ab.py, and linear_tiled_ab.py at caabd3c; same bits): the small
-# layers' dependent launch on 64-feature tiles of 4 warps and 2 stages instead — a program holds one or
-# two K blocks of these layers, so deeper pipelines only cost registers and occupancy. At M = 8 / 16 it
+# layers' dependent launch on 64-feature tiles of 4 warps and 2 stages instead — a program of these
+# layers walks 2-4 K blocks, so deeper pipelines mostly cost registers and occupancy. At M = 8 / 16 it
 # was faster on all four in both calls (wq_a||wkv 9.0 -> 7.2-8.1 / 11.4 -> 8.3-9.4 us, shared w13 11.5 ->
 # 10.2-11.2 / 13.6 -> 11.7-12.4, shared w2 8.2 -> 7.1-7.7 / 9.5-10.0 -> 8.3-9.0, indexer wq_b 7.6 ->
-# 6.7-7.3 / 8.5-8.8 -> 7.7-8.3), at M = 1 within noise to 12% faster (6.3-7.4 against 6.8-10.4).
+# 6.7-7.3 / 8.5-8.8 -> 7.7-8.3); at M = 1 between 4% slower and 13% faster per layer and call.
 LARGE_DECODE_WEIGHTS = 1 << 25
 LARGE_DECODE_CONFIG = (64, 4, 4)  # (BLOCK_N, warps, stages)
 SMALL_DECODE_CONFIG = (64, 4, 2)
