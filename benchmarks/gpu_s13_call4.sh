@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 13, fourth H200 call: the small layers' new decode config gives the old bits (GPU options test), and
-# session 12's prefill rows measured (the plan of gpu_s13_prefill_rows.sh, whose GPU gates passed in call 1).
-# Predictions (gpu_s13_prefill_rows.sh's header): batch_trace N = 8, 64-token steps: no eager step with rows on,
+# session 12's prefill rows measured (the plan session 12 wrote for this session's first call; its GPU gates
+# passed in call 1). Predictions (written in session 12): batch_trace N = 8, 64-token steps: no eager step with rows on,
 # wall <= 0.6x rows off (K = 0), <= 0.7x (K = 7); serving plain, budget 64 / cap 64: TTFT p50 at N = 1 <= 15 ms
 # with rows (44 ms in session 12 at the default budget), N = 8 aggregate >= 1.2x rows off, N = 64 TTFT worse.
 #   run(command="bash benchmarks/gpu_s13_call4.sh", carry=[".tc", ".whl"], timeout_s=590)

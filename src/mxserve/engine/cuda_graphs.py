@@ -56,7 +56,8 @@ logger = logging.getLogger("mxserve.engine")
 
 BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)  # decode batch sizes a graph is captured for
 # Row counts a step may replay beyond a decode batch: prefill rows (a chunk's tokens as rows) and the
-# speculative verify (K + 1 rows a request). Off by default; the variables below opt in.
+# speculative verify (K + 1 rows a request). Off by default; MXSERVE_DECODE_MAX_ROWS (below) and
+# MXSERVE_SPEC_VERIFY_MAX_ROWS (speculative/step_graphs.py) opt in.
 ROW_BUCKETS: tuple[int, ...] = (*BUCKETS, 128, 256, 512)
 DEFAULT_MAX_ROWS = 64
 

@@ -226,8 +226,8 @@ class LLMEngine:
         """Capture every CUDA graph a batch of up to max_num_seqs requests (or, with prefill rows, a step
         of up to max_num_batched_tokens tokens) can replay, now rather than on first use: a capture
         takes ~0.1-0.3 s, which in the middle of serving stalls every running request (`mxserve serve`
-        calls this at start-up). Logs and returns what was captured; where
-        steps cannot replay graphs (CPU, enforce_eager, syncing kernels) it says why."""
+        calls this at start-up). Logs and returns what was captured; where steps cannot replay graphs
+        (CPU, enforce_eager, syncing kernels) it says why."""
         start = time.perf_counter()
         report = self.runner.capture_graphs(self.config.max_num_seqs, max_rows=self.config.max_num_batched_tokens)
         report = CaptureReport(report.buckets, report.unavailable, time.perf_counter() - start)

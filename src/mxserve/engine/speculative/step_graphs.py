@@ -38,8 +38,6 @@ import torch
 
 from mxserve.engine.cuda_graphs import (
     BUCKETS,
-    DEFAULT_MAX_ROWS,
-    ROW_BUCKETS,
     GraphCapturer,
     GraphUnavailable,
     bucket_for,
@@ -54,17 +52,13 @@ from mxserve.model.kv_state import ModelCacheState, Pool
 
 logger = logging.getLogger("mxserve.engine")
 
-# Row buckets the verify and rollback/commit parts may use: the decode buckets, then up to 512 rows (64
-# requests x a whole K = 7 block). Only up to 64 by default: on the H200 (session 12 call 4) a 512-row
-# verify took 12.5 ms against 3.3 ms at 64 rows (the decode kernels scale with rows), and 64 requests
-# at K = 7 ran at 4854 tok/s with 512-row buckets against 10010 with drafts cut to fit 64 rows.
-VERIFY_BUCKETS: tuple[int, ...] = ROW_BUCKETS
-DEFAULT_VERIFY_MAX_ROWS = DEFAULT_MAX_ROWS
-
-
 def verify_buckets_from_env() -> tuple[int, ...]:
-    """MXSERVE_SPEC_VERIFY_MAX_ROWS (default 64): the largest verify bucket, which caps a step's rows
-    (the scheduler cuts a batch's drafts to fit); 128, 256 or 512 let larger batches keep their drafts."""
+    """MXSERVE_SPEC_VERIFY_MAX_ROWS (default 64): the largest bucket of the verify and rollback/commit
+    parts (`ROW_BUCKETS`), which caps a step's rows (the scheduler cuts a batch's drafts to fit); 128,
+    256 or 512 let larger batches keep their drafts (512: 64 requests x a whole K = 7 block). Only up
+    to 64 by default: on the H200 (session 12 call 4) a 512-row verify took 12.5 ms against 3.3 ms at
+    64 rows (the decode kernels scale with rows), and 64 requests at K = 7 ran at 4854 tok/s with
+    512-row buckets against 10010 with drafts cut to fit 64 rows."""
     return row_buckets_from_env("MXSERVE_SPEC_VERIFY_MAX_ROWS")
 
 
