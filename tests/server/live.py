@@ -1,6 +1,7 @@
 """A live server on 127.0.0.1 with an ephemeral port: uvicorn in a background thread of the test
-process, serving an `AsyncEngine` over the packaged default model (so tests can also look at the
-engine's block manager and the metrics registry directly)."""
+process, serving the packaged default model through an `AsyncEngine` (so tests can also look at
+the engine's block manager and the metrics registry directly) or, with `engine_process=True`, a
+`ProcessEngine` (the engine loop in a child process)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 import uvicorn
 
 from mxserve.config.engine_config import EngineConfig
-from mxserve.engine.async_engine import AsyncEngine
+from mxserve.engine.engine_client import EngineClient
 from mxserve.server.app import build_app, build_engine
 from mxserve.server.metrics import ServerMetrics
 from mxserve.server.state import ServerConfig
@@ -24,7 +25,7 @@ API_KEY = "test-key-0123456789"
 @dataclass
 class LiveServer:
     base_url: str  # http://127.0.0.1:PORT
-    engine: AsyncEngine
+    engine: EngineClient
     metrics: ServerMetrics
     server: uvicorn.Server
     thread: threading.Thread
@@ -39,13 +40,13 @@ class LiveServer:
 
 
 def start_live_server(*, api_key: str | None = API_KEY, max_model_len: int = 1024, max_pending_requests: int = 1024,
-                      shutdown_grace_s: float = 5.0) -> LiveServer:
+                      shutdown_grace_s: float = 5.0, engine_process: bool = False) -> LiveServer:
     metrics = ServerMetrics()
     engine_config = EngineConfig(device="cpu", max_model_len=max_model_len, max_num_seqs=64,
                                  kv_cache_memory=512 << 20)
     server_config = ServerConfig(served_model_names=(MODEL_NAME,), api_key=api_key,
                                  max_pending_requests=max_pending_requests, shutdown_grace_s=shutdown_grace_s,
-                                 max_body_bytes=1 << 20)
+                                 max_body_bytes=1 << 20, engine_process=engine_process)
     engine = build_engine(engine_config, server_config, metrics)
     app = build_app(engine, server_config, metrics)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -46,6 +46,11 @@ def serve(
         "--shutdown-grace", help="Seconds in-flight requests get to finish on SIGINT/SIGTERM before they are aborted.")] = 10.0,
     speculative_config: SpeculativeConfigOption = None,
     kernel_overrides: KernelOverridesOption = None,
+    engine_process: Annotated[bool, typer.Option(
+        "--engine-process/--no-engine-process",
+        help="Run the engine loop (scheduler, detokenizer, model steps) in its own process instead of a thread of "
+        "the HTTP server, so the two stop sharing one GIL. Measured with the forward stubbed by 1 ms on a 2-core "
+        "CPU: docs/benchmarks.md, session 14.")] = False,
     lazy_graph_capture: Annotated[bool, typer.Option(
         "--lazy-graph-capture", help="Capture each CUDA-graph batch bucket on first use instead of before the first "
         "request (starts faster; the first step at each new batch size then stalls every running request).")] = False,
@@ -68,7 +73,7 @@ def serve(
         names = tuple(served_model_name or (_default_name(model),))
         server_config = ServerConfig(served_model_names=names, api_key=api_key, max_body_bytes=max_body_bytes,
                                      max_pending_requests=max_pending_requests, shutdown_grace_s=shutdown_grace,
-                                     capture_graphs_at_start=not lazy_graph_capture)
+                                     capture_graphs_at_start=not lazy_graph_capture, engine_process=engine_process)
     except ValueError as exc:
         typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None

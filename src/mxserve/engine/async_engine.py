@@ -6,57 +6,31 @@ commands (add, abort) through a thread-safe queue, and it sends each request's o
 back into an `asyncio.Queue` with `loop.call_soon_threadsafe`. Between steps it also publishes an
 `EngineStats` snapshot (running/waiting requests, cache usage) that other threads may read.
 
-Contracts:
-* `submit()` never raises for a bad prompt: callers validate first with `check_prompt()` (pure
-  tokenizer work, safe on the event loop). It raises `QueueFullError` when `max_pending` requests
-  are already in the engine, and `EngineDeadError` after shutdown or a crashed step.
-* Every submitted request ends with exactly one finished `RequestOutput` in its sink (finish
-  reason "abort" when it is aborted, on shutdown, or when a step fails).
-* `abort()` is idempotent and safe to call for a request that already finished: a client that
-  disconnects cancels its request, and the scheduler frees its cache pages on the next loop turn.
-* `shutdown(grace_s)` stops new work, lets running requests finish for up to `grace_s`, aborts
-  the rest (their streams end cleanly with "abort"), and joins the thread.
+Contracts: `mxserve.engine.engine_client` (shared with `ProcessEngine`, the same loop in its own
+process). Here, `shutdown(grace_s)` joins the thread, and `on_finished` runs on the engine thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 
+from mxserve.engine.engine_client import EngineDeadError, EngineStats, OutputListener, QueueFullError
+from mxserve.engine.engine_info import EngineInfo
 from mxserve.engine.llm_engine import LLMEngine
 from mxserve.engine.outputs import RequestMetrics, RequestOutput
 from mxserve.engine.request import FinishReason
 from mxserve.engine.sampling_params import SamplingParams
-from mxserve.engine.speculative import SpecDecodeStats
 
 logger = logging.getLogger("mxserve.engine.async")
 
 _IDLE_WAIT_S = 0.05  # how long the loop sleeps on an empty command queue when there is no work
-
-
-class QueueFullError(RuntimeError):
-    """The engine already holds `max_pending` requests; try again later (HTTP 503)."""
-
-
-class EngineDeadError(RuntimeError):
-    """The engine loop has stopped (shutdown, or a step raised); no more requests (HTTP 503)."""
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    num_running: int  # requests holding cache pages
-    num_waiting: int  # requests queued in the scheduler
-    num_pending: int  # requests submitted and not yet finished (running + waiting + in transit)
-    cache_usage: float  # fraction of pages in use in the fullest pool, [0, 1]
-    all_pages_free: bool  # no request holds any cache page
-    spec_decode: SpecDecodeStats | None = None  # speculative decoding counters (a copy), None without it
 
 
 @dataclass(frozen=True)
@@ -76,9 +50,6 @@ class _Sink:
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue[RequestOutput]
     last: RequestOutput | None = None  # the latest snapshot sent (an abort reports its partial output)
-
-
-OutputListener = Callable[[RequestOutput], None]
 
 
 class AsyncEngine:
@@ -103,6 +74,10 @@ class AsyncEngine:
         self._thread.start()
 
     # ------------------------------------------------------------------ event-loop side
+    @property
+    def info(self) -> EngineInfo:
+        return self.engine.info
+
     @property
     def is_alive(self) -> bool:
         return self._thread.is_alive() and self._dead_reason is None
@@ -261,13 +236,9 @@ class AsyncEngine:
                 self._finish_aborted(add.request_id, sink, prompt_token_ids=add.prompt_token_ids)
 
     def _read_stats(self) -> EngineStats:
-        stats = self.engine.scheduler.stats()
         with self._lock:
             num_pending = len(self._pending_ids)
-        spec = self.engine.spec_decode_stats
-        return EngineStats(stats.num_running, stats.num_waiting, num_pending, stats.cache_usage,
-                           self.engine.scheduler.block_manager.is_all_free(),
-                           None if spec is None else copy.deepcopy(spec))
+        return replace(self.engine.stats(), num_pending=num_pending)
 
 
 def _mark_aborted(output: RequestOutput) -> RequestOutput:

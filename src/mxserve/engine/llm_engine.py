@@ -9,6 +9,7 @@ decides EOS/length stops, the detokenizer turns tokens into text and decides sto
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import sys
@@ -36,6 +37,8 @@ from mxserve.engine.block_manager import BlockManager
 from mxserve.engine.cache_sizing import CachePlan, plan_cache
 from mxserve.engine.cuda_graphs import CaptureReport
 from mxserve.engine.detokenizer import IncrementalDetokenizer
+from mxserve.engine.engine_client import EngineStats
+from mxserve.engine.engine_info import EngineInfo, encode_prompt
 from mxserve.engine.model_runner import ModelRunner, RequestSampling
 from mxserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprobs
 from mxserve.engine.request import FinishReason, Request
@@ -244,6 +247,14 @@ class LLMEngine:
         """Draft tokens proposed/accepted and mean acceptance length; None without speculation."""
         return self.runner.stats if isinstance(self.runner, SpeculativeModelRunner) else None
 
+    def stats(self) -> EngineStats:
+        """Running / waiting requests and cache use now; num_pending counts the requests this engine
+        still tracks; the speculative counters are a copy."""
+        scheduler = self.scheduler.stats()
+        spec = self.spec_decode_stats
+        return EngineStats(scheduler.num_running, scheduler.num_waiting, len(self._requests), scheduler.cache_usage,
+                           self.scheduler.block_manager.is_all_free(), None if spec is None else copy.deepcopy(spec))
+
     def _set_cpu_threads(self, *, small_model: bool) -> None:
         """Small models on the CPU run dispatch-bound ops where a second OpenMP thread only adds
         spinning: measured on the 2-core machine under load, 1 thread decodes the default model at
@@ -270,21 +281,12 @@ class LLMEngine:
 
     def encode_prompt(self, prompt: str | Sequence[int]) -> tuple[str | None, list[int]]:
         """Text prompts get BOS + the tokenizer's ids (as HF's default encode does for DeepSeek)."""
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("this checkpoint ships no tokenizer.json: pass prompts as token ids")
-            if not prompt:
-                raise ValueError("prompt is empty")
-            return prompt, [self.model_config.bos_token_id, *self.tokenizer.encode(prompt)]
-        ids = list(prompt)
-        if not ids:
-            raise ValueError("prompt is empty (no token ids)")
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-            raise ValueError("prompt token ids must be integers")
-        bad = [t for t in ids if not 0 <= t < self.model_config.vocab_size]
-        if bad:
-            raise ValueError(f"prompt token id {bad[0]} outside the vocabulary [0, {self.model_config.vocab_size})")
-        return None, ids
+        return encode_prompt(prompt, self.tokenizer, self.model_config)
+
+    @property
+    def info(self) -> EngineInfo:
+        """What a front (the HTTP server) needs without the weights: config, context limit, tokenizer."""
+        return EngineInfo(self.model_config, self.max_model_len, self.tokenizer)
 
     def add_request(self, request_id: str, prompt: str | Sequence[int], params: SamplingParams) -> None:
         """Queue a request; ValueError (nothing queued) for an empty or overlong prompt or a duplicate id."""
@@ -337,6 +339,9 @@ class LLMEngine:
 
     def has_unfinished_requests(self) -> bool:
         return bool(self._requests)
+
+    def unfinished_request_ids(self) -> list[str]:
+        return list(self._requests)
 
     # ------------------------------------------------------------------ the step
     def step(self) -> list[RequestOutput]:

@@ -67,7 +67,7 @@ def encode_chat_prompt(state: ServerState, messages: list[ChatMessage], *, think
                        tools: list[dict[str, Any]] | None) -> list[int]:
     try:
         text = encode_messages(message_dicts(messages), thinking=thinking, reasoning_effort=effort,
-                               generation=state.engine.engine.model_config.layout, tools=tools)
+                               generation=state.engine.info.model_config.layout, tools=tools)
         return state.engine.check_prompt(state.tokenizer.encode(text))
     except ValueError as exc:
         raise bad_request(str(exc), param="messages") from None

@@ -12,7 +12,7 @@ import itertools
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from mxserve.engine.async_engine import EngineStats
+from mxserve.engine.engine_client import EngineStats
 from mxserve.engine.outputs import RequestOutput
 from mxserve.engine.speculative import SpecDecodeStats
 

@@ -86,7 +86,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
         assert body.prompt is not None
         ids = state.tokenizer.encode(body.prompt)
         if body.add_special_tokens:
-            ids = [state.engine.engine.model_config.bos_token_id, *ids]
+            ids = [state.engine.info.model_config.bos_token_id, *ids]
     return {"count": len(ids), "max_model_len": state.max_model_len, "tokens": ids}
 
 
@@ -94,7 +94,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
 async def detokenize(body: DetokenizeRequest, request: Request) -> JSONResponse:
     state = _state(request)
     state.check_model(body.model)
-    vocab_size = state.engine.engine.model_config.vocab_size
+    vocab_size = state.engine.info.model_config.vocab_size
     bad = [t for t in body.tokens if t >= vocab_size]
     if bad:
         raise bad_request(f"token id {bad[0]} is outside the vocabulary [0, {vocab_size})", param="tokens")

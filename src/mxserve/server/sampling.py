@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from mxserve.engine.async_engine import EngineDeadError, QueueFullError
+from mxserve.engine.engine_client import EngineDeadError, QueueFullError
 from mxserve.engine.outputs import RequestOutput
 from mxserve.engine.sampling_params import SamplingParams
 from mxserve.server.errors import APIError, bad_request

@@ -7,7 +7,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from mxserve.engine.async_engine import AsyncEngine
+from mxserve.engine.engine_client import EngineClient
 from mxserve.engine.tokenizer import Tokenizer
 from mxserve.server.errors import APIError
 from mxserve.server.metrics import ServerMetrics
@@ -25,6 +25,9 @@ class ServerConfig:
     # capture every CUDA-graph bucket before the first request (LLMEngine.capture_graphs); False:
     # each on first use, a stall of every running request the first time a batch size appears
     capture_graphs_at_start: bool = True
+    # the engine loop in its own process (ProcessEngine) instead of a thread of the server process
+    # (AsyncEngine): the HTTP side and the engine then stop sharing one GIL (docs/server.md)
+    engine_process: bool = False
 
     def __post_init__(self) -> None:
         if not self.served_model_names or not all(isinstance(n, str) and n for n in self.served_model_names):
@@ -39,7 +42,7 @@ class ServerConfig:
 @dataclass
 class ServerState:
     config: ServerConfig
-    engine: AsyncEngine
+    engine: EngineClient  # AsyncEngine or ProcessEngine
     metrics: ServerMetrics
     created_s: int = field(default_factory=lambda: int(time.time()))  # the `created` of /v1/models
     _ids: itertools.count = field(default_factory=itertools.count)
@@ -50,11 +53,11 @@ class ServerState:
 
     @property
     def max_model_len(self) -> int:
-        return self.engine.engine.max_model_len
+        return self.engine.info.max_model_len
 
     @property
     def tokenizer(self) -> Tokenizer:
-        tokenizer = self.engine.engine.tokenizer
+        tokenizer = self.engine.info.tokenizer
         if tokenizer is None:
             raise APIError(400, "this checkpoint ships no tokenizer.json: text prompts, chat and (de)tokenize "
                                 "need one; send completion prompts as token ids")
