@@ -33,11 +33,20 @@ PTXAS = BIN / "ptxas-blackwell"  # Triton's for sm_90 (the plain one is older th
 TARGET = GPUTarget("cuda", 90, 32)  # sm_90, warp size 32
 
 
+def as_launched(kernel, consts: Mapping) -> dict:
+    """`consts` plus PDL=True for a kernel with an early start (kernels/early_start.py) when the
+    script does not choose: a GPU launches it that way by default."""
+    if "PDL" in kernel.arg_names and "PDL" not in consts:
+        return {**consts, "PDL": True}
+    return dict(consts)
+
+
 def signature(kernel, consts: Mapping, types: Mapping[str, str], *, default: str | None = None,
               divisible: Collection[str] | None = None, skip: Collection[str] = ()) -> tuple[dict, dict]:
     """(signature, attrs) for `kernel`: "constexpr" for the names in `consts`, `types[name]` (or
     `default`) for the others. With `divisible` given, pointers and the names in it get the
     16-divisibility a real launch specializes on, except the names in `skip`."""
+    consts = as_launched(kernel, consts)
     sig, attrs = {}, {}
     for i, name in enumerate(kernel.arg_names):
         if name in consts:
@@ -52,6 +61,7 @@ def signature(kernel, consts: Mapping, types: Mapping[str, str], *, default: str
 
 def compile_sm90(kernel, sig: dict, consts: Mapping, attrs: dict | None = None, **options):
     """(compiled kernel, compile seconds) for sm_90; `options` as triton.compile takes them (num_warps, ...)."""
+    consts = as_launched(kernel, consts)
     start = time.perf_counter()
     compiled = triton.compile(triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=dict(consts), attrs=attrs),
                               target=TARGET, options=options)

@@ -95,6 +95,7 @@ def main() -> None:
                   ALIGNED=True, NATIVE_FP8=True)
     reports.append(compile_report("partial fp32 cache q=fp32", _sparse_attention_kernel, consts, "fp32",
                                   fp32.num_warps))
+    os.environ[launcher.HALVES_ENV] = "1"  # the opt-in halves kernel
     halves = launcher.launch_params(EntryMode.DS_MLA, HEADS, HEAD_DIM)
     assert halves.kernel == "halves", "launch_params did not pick the halves kernel for Flash shapes"
     for fold, blocks in ((False, halves.split_ch_blocks), (True, halves.fold_ch_blocks)):

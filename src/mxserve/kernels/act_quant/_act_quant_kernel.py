@@ -14,6 +14,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mxserve.kernels.early_start import wait_for_previous
+
 MAGIC_RNE = tl.constexpr(12582912.0)  # 1.5 · 2^23: (v + M) − M rounds 0 <= v < 2^22 to an integer, ties to even
 
 
@@ -72,9 +74,11 @@ def quantize_rows_e4m3(x):
 def _act_quant_fp8_kernel(
     x_ptr, out_ptr, scale_ptr, M, K, stride_xm, stride_om, stride_sm,
     BLOCK_K: tl.constexpr, ROWS: tl.constexpr, CODES: tl.constexpr,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
     """Program (row tile, K block): quantize ROWS x BLOCK_K elements with one scale per row.
     CODES: store e4m3fn codes (uint8) and the fp32 scales 2^e; else store q · 2^e in out's dtype."""
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     kb = tl.program_id(1)
     cols = kb * BLOCK_K + tl.arange(0, BLOCK_K)

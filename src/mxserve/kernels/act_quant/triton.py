@@ -18,6 +18,7 @@ import torch
 import triton
 
 from mxserve.kernels.act_quant._act_quant_kernel import _act_quant_fp8_kernel
+from mxserve.kernels.early_start import early_start_launch
 
 _X_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -42,7 +43,7 @@ def _launch(x2: torch.Tensor, out: torch.Tensor, scales: torch.Tensor, block: in
     rows = 1 if m <= 64 else 16  # decode: one row per program (more programs); prefill: 16-row tiles
     _act_quant_fp8_kernel[(triton.cdiv(m, rows), triton.cdiv(k, block))](
         x2, out, scales, m, k, x2.stride(0), out.stride(0), scales.stride(0),
-        BLOCK_K=block, ROWS=rows, CODES=codes, num_warps=4 if rows > 1 else 1,
+        BLOCK_K=block, ROWS=rows, CODES=codes, num_warps=4 if rows > 1 else 1, **early_start_launch(),
     )
 
 

@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from mxserve.kernels.attention_ops._cache_jit import round_bf16
+from mxserve.kernels.early_start import wait_for_previous
 
 
 @triton.jit
@@ -53,10 +54,12 @@ def _compressor_pool_kernel(
     state_ptr, row_slots_ptr, entry_slot_ptr, pooled_ptr, state_block_size, state_row_stride_words,
     state_page_words, R: tl.constexpr, M: tl.constexpr, OVERLAP: tl.constexpr, WIDTH: tl.constexpr,
     HEAD_DIM: tl.constexpr, CHUNK_R: tl.constexpr, BLOCK_C: tl.constexpr, ROUND_BF16: tl.constexpr,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
     """pooled[t, c] = fp32(sum_r softmax_r(z[r, c]) * a[r, c]) for the BLOCK_C channels of this
     program, BF16-rounded if ROUND_BF16; tokens that complete no entry (entry_slot[t] < 0) return
     at once and leave their row unwritten (the insert kernel skips them too)."""
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     t = tl.program_id(0)
     if tl.load(entry_slot_ptr + t) >= 0:
         c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from mxserve.kernels.attention_ops._cache_jit import entry_offsets, round_bf16, store_entry
+from mxserve.kernels.early_start import wait_for_previous
 
 
 @triton.jit
@@ -61,10 +62,12 @@ def _head_norm_rope_kernel(
     x_ptr, out_ptr, pos_ptr, inv_freq_ptr, H, stride_xt, stride_xh, stride_ot, stride_oh, eps,
     HEAD_DIM: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr, ROPE_PAIRS: tl.constexpr,
     DO_NORM: tl.constexpr, INVERSE: tl.constexpr, OUT_BF16: tl.constexpr, ROUND_IN: tl.constexpr = False,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
     """out[t, h] = rope(unweighted_rms(x[t, h])) (or just rope / inverse rope) for BLOCK_H heads
     of one token per program, as [BLOCK_H, pairs, 2] tiles (same arithmetic as `_rope_pairs`).
     ROUND_IN: x (fp32) is first rounded to the output dtype (the twin's `.to(out_dtype)` before it)."""
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     t = tl.program_id(0)
     hh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     pair = tl.arange(0, BLOCK_P)
@@ -120,9 +123,11 @@ def _kv_insert_kernel(
     x_ptr, w_ptr, pos_ptr, slot_ptr, inv_freq_ptr, buf, block_size, stride, stride_xt, eps,
     HEAD_DIM: tl.constexpr, BLOCK_P: tl.constexpr, ROPE_PAIRS: tl.constexpr, OUT_BF16: tl.constexpr,
     MODE: tl.constexpr, DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
     """Row t (window KV, or a pooled compressor entry): norm + RoPE + encode + insert at slot[t];
     slot -1 (a padding lane, a token that completes no entry) returns at once, nothing written."""
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     t = tl.program_id(0)
     slot = tl.load(slot_ptr + t)
     if slot >= 0:

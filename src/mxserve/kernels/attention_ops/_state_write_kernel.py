@@ -12,14 +12,18 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mxserve.kernels.early_start import wait_for_previous
+
 
 @triton.jit
 def _compressor_state_write_kernel(
     a_ptr, z_ptr, ape_ptr, positions_ptr, slots_ptr, state_ptr, a_stride, z_stride, ratio,
     state_block_size, state_row_words, state_page_words, WIDTH: tl.constexpr, BLOCK_C: tl.constexpr,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
     """state row of slot s (words): block(s) * page_words + pos(s) * row_words, then [a | z + ape];
     tokens with slot -1 (padding rows) return at once and write nothing."""
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     t = tl.program_id(0).to(tl.int64)
     slot = tl.load(slots_ptr + t)
     if slot >= 0:

@@ -12,6 +12,7 @@ import triton
 from mxserve.kernels.attention_ops._state_write_kernel import _compressor_state_write_kernel
 from mxserve.kernels.cache import CompressorStateCache
 from mxserve.kernels.cache._bytes import check_unique_slots
+from mxserve.kernels.early_start import early_start_launch
 
 # channels per program: a row half is c*d = 256..1024 fp32 words, so 1-4 programs per token
 BLOCK_C = 256
@@ -47,5 +48,5 @@ def compressor_state_write_triton(
     _compressor_state_write_kernel[(n, triton.cdiv(width, BLOCK_C))](
         a, z, ape, positions, slots, state_cache.buffer.view(torch.float32), a.stride(0), z.stride(0), ratio,
         state_cache.block_size, state_cache.row_width, state_cache.block_stride_bytes // 4,
-        WIDTH=width, BLOCK_C=BLOCK_C,
+        WIDTH=width, BLOCK_C=BLOCK_C, **early_start_launch(),
     )

@@ -15,6 +15,7 @@ from mxserve.kernels.attention_ops._norm_rope_kernels import _head_norm_rope_ker
 from mxserve.kernels.attention_ops.cache_args import EntryMode, cache_args
 from mxserve.kernels.cache import CompressorStateCache, PagedCache
 from mxserve.kernels.cache._bytes import check_unique_slots
+from mxserve.kernels.early_start import early_start_launch
 from mxserve.kernels.triton_switch import interpreting
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16)
@@ -27,7 +28,8 @@ POOL_BLOCK_C = 64
 
 def _launch_opts() -> dict:
     # The twins never fuse a*b+c into an FMA; the interpreter cannot (and does not accept the flag).
-    return {} if interpreting() else {"enable_fp_fusion": False}
+    # Every kernel of this module waits first when launched early (kernels/early_start.py).
+    return {} if interpreting() else {"enable_fp_fusion": False, **early_start_launch()}
 
 
 def _check_rows(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, what: str) -> None:

@@ -65,6 +65,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from mxserve.kernels.attention_ops._cache_jit import round_bf16
+from mxserve.kernels.early_start import wait_for_previous
 from mxserve.kernels.hyper_connection._prefetch import prefetch_l1
 
 
@@ -103,8 +104,9 @@ def _hc_sumsq_kernel(
     NUM_SPLITS: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
-    if PDL:  # the mix launch may start now (it waits for this grid's end before reading anything of it)
-        tl.extra.cuda.gdc_launch_dependents()
+    # the mix launch may start now (it waits for this grid's end before reading anything of it); and
+    # when this launch is early too (MXSERVE_EARLY_START), nothing is read before the previous kernel is done
+    wait_for_previous(PDL)
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     split = tl.program_id(1)
     t_mask = offs_t < T

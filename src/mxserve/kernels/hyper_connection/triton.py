@@ -37,6 +37,7 @@ import os
 import torch
 import triton
 
+from mxserve.kernels.early_start import early_start_enabled
 from mxserve.kernels.hyper_connection._hc_kernel import (
     _hc_finish_kernel,
     _hc_mix_kernel,
@@ -158,6 +159,7 @@ def _mix_partials(streams: torch.Tensor, fn: torch.Tensor, rms_eps: float) -> to
     sumsq = torch.empty((num_tokens, num_splits), dtype=torch.float64, device=streams.device)
     _hc_sumsq_kernel[(triton.cdiv(num_tokens, SUMSQ_BLOCK_T), num_splits)](
         streams, sumsq, num_tokens, k, streams.stride(0), **consts["sumsq"], **_launch_opts("sumsq"),
+        **(_pdl_launch(consts["sumsq"]) if early_start_enabled() else {}),
     )
     mixes = torch.empty((num_tokens, num_splits, n), dtype=torch.float64, device=streams.device)
     _hc_mix_kernel[(triton.cdiv(num_tokens, MIX_BLOCK_T), num_splits)](

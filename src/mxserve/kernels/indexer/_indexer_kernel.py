@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from mxserve.kernels.attention_ops._cache_jit import entry_offsets, load_entries
+from mxserve.kernels.early_start import wait_for_previous
 
 
 @triton.jit(do_not_specialize=['N'])  # run-time sizes: one compile for every value
@@ -25,7 +26,9 @@ def _indexer_scores_kernel(
     stride_qt, stride_qh, stride_wt, stride_ot, stride_st,
     MODE: tl.constexpr, HEAD_DIM: tl.constexpr, DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT: tl.constexpr, Q_PIECES: tl.constexpr,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     t = tl.program_id(0)
     nn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)

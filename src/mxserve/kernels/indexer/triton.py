@@ -14,6 +14,7 @@ import torch
 import triton
 
 from mxserve.kernels.attention_ops.cache_args import EntryMode, cache_args
+from mxserve.kernels.early_start import early_start_launch
 from mxserve.kernels.indexer._indexer_kernel import _indexer_scores_kernel
 from mxserve.kernels.triton_switch import interpreting
 
@@ -52,6 +53,6 @@ def indexer_scores_cache_triton(q: torch.Tensor, head_weights: torch.Tensor, key
         q.stride(0), q.stride(1), w.stride(0), out.stride(0), key_slots.stride(0) if per_row else 0,
         MODE=int(args.mode), HEAD_DIM=head_dim, DATA_BYTES=args.data_bytes, SCALE_BYTES=args.scale_bytes,
         BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim), DOT=dot,
-        Q_PIECES=2 if q.dtype == torch.float32 else 1, num_warps=num_warps,
+        Q_PIECES=2 if q.dtype == torch.float32 else 1, num_warps=num_warps, **early_start_launch(),
     )
     return out

@@ -30,12 +30,15 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from mxserve.kernels.early_start import wait_for_previous
+
 
 @triton.jit(do_not_specialize=['T'])  # run-time sizes: one compile for every value
 def _gate_partials_kernel(
     x_ptr, w_ptr, part_ptr, T, E, D,
     stride_xt, stride_we,
     BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr, SUB_BLOCKS: tl.constexpr,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
     """part[s, t, e] = Σ x[t, d]·G[e, d] over d in chunk s (CHUNK = SUB_BLOCKS·BLOCK_D), fp64.
 
@@ -51,6 +54,7 @@ def _gate_partials_kernel(
     contracting a multiply and an add into an FMA changes no bit; the sums are exact for realistic
     data (module docstring).
     """
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     chunk: tl.constexpr = SUB_BLOCKS * BLOCK_D
     split = tl.program_id(2)
     lanes_d = tl.arange(0, BLOCK_D)
@@ -116,8 +120,10 @@ def _route_select_kernel(
     T, E, stride_h,
     NUM_SPLITS: tl.constexpr, TOP_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr,
     KPAD: tl.constexpr, HASH: tl.constexpr, USE_LIBDEVICE: tl.constexpr,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
     """Gate partials [NUM_SPLITS, T, E] → weights fp32 [T, TOP_K], expert ids int64 [T, TOP_K]."""
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     lanes = tl.arange(0, BLOCK_E)
     t_mask = offs_t < T

@@ -15,11 +15,13 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from mxserve.kernels.attention_ops._cache_jit import round_bf16
+from mxserve.kernels.early_start import wait_for_previous
 
 
 @triton.jit(do_not_specialize=["numel"])
 def _shared_swiglu_kernel(g_ptr, u_ptr, h_ptr, numel, limit, OUT_BF16: tl.constexpr, USE_LIBDEVICE: tl.constexpr,
-                          BLOCK: tl.constexpr):
+                          BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     live = offs < numel
     g = tl.load(g_ptr + offs, mask=live, other=0.0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from mxserve.kernels.early_start import early_start_launch
 from mxserve.kernels.moe._router_kernel import (
     _gate_logits_kernel,
     _gate_partials_kernel,
@@ -78,7 +79,7 @@ def _gate_partials(x: torch.Tensor, gate_weight: torch.Tensor) -> torch.Tensor:
     _gate_partials_kernel[grid](
         x, gate_weight, part, num_tokens, num_experts, dim, x.stride(0), gate_weight.stride(0),
         BLOCK_T=GATE_BLOCK_T, BLOCK_E=GATE_BLOCK_E, BLOCK_D=GATE_BLOCK_D, SUB_BLOCKS=GATE_SUB_BLOCKS,
-        num_warps=GATE_NUM_WARPS,
+        num_warps=GATE_NUM_WARPS, **early_start_launch(),
     )
     return part
 
@@ -164,6 +165,6 @@ def route_triton(
             part, bias_arg, table, toks, scaling, weights[start:stop], ids[start:stop],
             stop - start, num_experts, stride_h,
             NUM_SPLITS=part.shape[0], TOP_K=top_k, BLOCK_T=1, BLOCK_E=block_e, KPAD=kpad,
-            HASH=is_hash, USE_LIBDEVICE=not interpreting(), num_warps=select_warps,
+            HASH=is_hash, USE_LIBDEVICE=not interpreting(), num_warps=select_warps, **early_start_launch(),
         )
     return weights, ids

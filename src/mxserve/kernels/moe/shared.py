@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from mxserve.formats import QuantizedWeight, WeightLayout
+from mxserve.kernels.early_start import early_start_launch
 from mxserve.kernels.linear import ResidentWeight
 from mxserve.kernels.linear_fp8_block import linear_fp8_block
 from mxserve.kernels.moe.reference import ExpertWeights
@@ -89,6 +90,6 @@ def shared_swiglu(g: torch.Tensor, u: torch.Tensor, limit: float, hidden_dtype: 
         interpret = interpreting()
         _shared_swiglu_kernel[(triton.cdiv(g.numel(), block),)](
             g, u, h, g.numel(), float(limit), OUT_BF16=hidden_dtype == torch.bfloat16,
-            USE_LIBDEVICE=not interpret, BLOCK=block, **({} if interpret else {"enable_fp_fusion": False, "enable_reflect_ftz": False}),
+            USE_LIBDEVICE=not interpret, BLOCK=block, **({} if interpret else {"enable_fp_fusion": False, "enable_reflect_ftz": False, **early_start_launch()}),
         )
     return h

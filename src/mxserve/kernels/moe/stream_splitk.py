@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from mxserve.kernels.early_start import early_start_launch
 from mxserve.kernels.moe._experts_stream_kernel import _moe_stream_prep_kernel
 from mxserve.kernels.moe._experts_stream_splitk_kernel import (
     _moe_splitk_down_kernel,
@@ -94,7 +95,7 @@ def splitk_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tens
     cnt = torch.empty((num_cnt,), dtype=torch.int32, device=dev)
     _moe_stream_prep_kernel[(num_tokens, st.dim // 128)](
         x, xp, cnt, num_cnt, x.stride(0), xp.stride(0), QUANT=quantize_inputs, ZERO_PER=zero_per, num_warps=1,
-        MMA_ORDER=True,
+        MMA_ORDER=True, **early_start_launch(),
     )
     gu = torch.empty((gu_splits, num_pairs, 2, st.hidden), dtype=torch.float32, device=dev)  # valid rows only
     h = torch.empty((num_pairs, st.hidden), dtype=hidden_dtype, device=dev)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mxserve.kernels.early_start import wait_for_previous
+
 
 @triton.jit
 def paged_slot(tables_ptr, row, stride_t, width, idx, block_size, live):
@@ -22,7 +24,8 @@ def paged_slot(tables_ptr, row, stride_t, width, idx, block_size, live):
 
 @triton.jit(do_not_specialize=["num_rows", "per_row", "width"])  # run-time sizes: one compile for all
 def _paged_slots_kernel(tables_ptr, indices_ptr, out_ptr, num_rows, per_row, width, stride_t, block_size,
-                        BLOCK: tl.constexpr):
+                        BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offs < num_rows * per_row
     row = offs // per_row

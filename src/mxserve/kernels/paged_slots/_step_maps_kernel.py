@@ -11,6 +11,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mxserve.kernels.early_start import wait_for_previous
 from mxserve.kernels.paged_slots._paged_slots_kernel import paged_slot
 
 
@@ -77,7 +78,9 @@ def _step_maps_kernel(
     c0_ptr, c0_width, c0_ratio, c0_num, c0_base,
     c1_ptr, c1_width, c1_ratio, c1_num, c1_base,
     NUM_SITES: tl.constexpr, NUM_CANDIDATES: tl.constexpr, BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     row = tl.program_id(0)
     job = tl.program_id(1)  # the constexpr guards drop the branches of absent sites at compile time
     pos = tl.load(positions_ptr + row).to(tl.int64)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 import torch
 
+from mxserve.kernels.early_start import early_start_launch
 from mxserve.kernels.paged_slots._step_maps_kernel import _step_maps_kernel
 from mxserve.kernels.paged_slots.step_maps_ref import (
     CandidateMaps,
@@ -106,6 +107,7 @@ def step_slot_maps_triton(positions: torch.Tensor, tables: Mapping[str, torch.Te
     _step_maps_kernel[grid](
         positions, flat, num_rows, spec.block_size, *table(spec.window_table), spec.window, window_base,
         *site_args, *cand_args, NUM_SITES=len(spec.sites), NUM_CANDIDATES=len(spec.candidates), BLOCK=block,
+        **early_start_launch(),
     )
     return maps
 

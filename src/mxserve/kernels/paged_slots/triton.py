@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from mxserve.kernels.early_start import early_start_launch
 from mxserve.kernels.paged_slots._paged_slots_kernel import _paged_slots_kernel
 
 
@@ -37,7 +38,7 @@ def paged_slots_triton(tables: torch.Tensor, indices: torch.Tensor, block_size: 
     # ----------------------------------------------------------------------------------------------
     _paged_slots_kernel[(triton.cdiv(total, block),)](
         tables, flat, out, tables.shape[0], total // tables.shape[0], tables.shape[1], tables.stride(0),
-        block_size, BLOCK=block,
+        block_size, BLOCK=block, **early_start_launch(),
     )
     return out
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mxserve.kernels.early_start import wait_for_previous
 from mxserve.kernels.sparse_attention._chunk_jit import attend_chunk, piece_mask, pv_piece
 
 
@@ -47,8 +48,10 @@ def _sparse_attention_kernel(
     MODE: tl.constexpr, HEAD_DIM: tl.constexpr, DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, PIECE: tl.constexpr, DOT: tl.constexpr,
     Q_PIECES: tl.constexpr, ALIGNED: tl.constexpr, NATIVE_FP8: tl.constexpr,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
     """One program = one token x BLOCK_H heads x one chunk (of source 0 if j < num_chunks0)."""
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     t = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     j = tl.program_id(2)
@@ -105,12 +108,11 @@ def _sparse_attention_combine_kernel(
     """One program = one token x BLOCK_H heads x BLOCK_D channels: fold the chunks, add the sink.
     No chunks at all (both lists empty): the sink takes all mass, output 0.
 
-    PDL (the "halves" split mode): launched as a programmatic dependent launch of the partial
-    kernel, which lets it start once all its programs have; the program waits for the partial
-    kernel to finish and its stores to be visible (`griddepcontrol.wait`) before its first load, so
-    only the launch latency overlaps, never a read of the workspace. Same arithmetic, same bits."""
-    if PDL:
-        tl.extra.cuda.gdc_wait()
+    PDL: launched as a programmatic dependent launch of the partial kernel (kernels/early_start.py),
+    which lets it start once all its programs have; the program waits for the partial kernel to
+    finish and its stores to be visible (`griddepcontrol.wait`) before its first load, so only the
+    launch latency overlaps, never a read of the workspace. Same arithmetic, same bits."""
+    wait_for_previous(PDL)
     t = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     cols = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)

@@ -38,6 +38,7 @@ import torch
 import triton
 
 from mxserve.kernels.attention_ops.cache_args import EntryMode, cache_args
+from mxserve.kernels.early_start import early_start_launch
 from mxserve.kernels.sparse_attention._fold_kernel import _sparse_attention_fold_kernel
 from mxserve.kernels.sparse_attention._sparse_attention_kernel import (
     _sparse_attention_combine_kernel,
@@ -198,12 +199,12 @@ def _launch(q, srcs, sink, scale, out, lp: LaunchParams | None) -> None:
                 MODE=int(a0.mode), HEAD_DIM=head_dim, DATA_BYTES=a0.data_bytes, SCALE_BYTES=a0.scale_bytes,
                 BLOCK_H=lp.block_h, BLOCK_K=lp.block_k, PIECE=lp.piece, DOT=lp.dot,
                 Q_PIECES=2 if q.dtype == torch.float32 else 1, ALIGNED=aligned, NATIVE_FP8=not interpreting(),
-                num_warps=lp.num_warps,
+                num_warps=lp.num_warps, **early_start_launch(),
             )
         _sparse_attention_combine_kernel[(t1 - t0, triton.cdiv(num_heads, cb_h), triton.cdiv(head_dim, cb_d))](
             part_acc, part_ml, sink, outs, num_chunks, num_heads, outs.stride(0), outs.stride(1),
             HEAD_DIM=head_dim, BLOCK_H=cb_h, BLOCK_D=cb_d, NUM_STAGES=COMBINE_NUM_STAGES,
-            num_warps=COMBINE_NUM_WARPS,
+            num_warps=COMBINE_NUM_WARPS, **early_start_launch(),
         )
 
 

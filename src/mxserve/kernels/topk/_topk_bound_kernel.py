@@ -34,6 +34,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mxserve.kernels.early_start import wait_for_previous
 from mxserve.kernels.topk._topk_select_kernel import (
     FIRST_SHIFT,
     NOT_CANDIDATE,
@@ -103,7 +104,9 @@ def _topk_bound_kernel(
     scores_ptr, mask_ptr, num_valid_ptr, head_ptr, sidx_ptr, skey_ptr, C, k, stride_s, stride_m, stride_w,
     HAS_MASK: tl.constexpr, HAS_NUM: tl.constexpr, BLOCK_C: tl.constexpr, CAP: tl.constexpr,
     CHUNK: tl.constexpr, SAMPLE: tl.constexpr, BACK: tl.constexpr, EDGES: tl.constexpr, FLOAT: tl.constexpr,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     row = tl.program_id(0).to(tl.int64)
     q = tl.program_id(1)
     n_num = C

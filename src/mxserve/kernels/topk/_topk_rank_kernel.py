@@ -36,6 +36,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mxserve.kernels.early_start import wait_for_previous
 from mxserve.kernels.topk._topk_bound_kernel import BIG_F, _keys_at
 from mxserve.kernels.topk._topk_select_kernel import NOT_CANDIDATE
 
@@ -152,7 +153,9 @@ def _topk_rank_kernel(
     stride_w, HAS_MASK: tl.constexpr, HAS_NUM: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr,
     CAP: tl.constexpr, P: tl.constexpr, FROM_S: tl.constexpr, SCALAR_J: tl.constexpr, MB: tl.constexpr,
     JB: tl.constexpr,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     out_row = out_ptr + row * stride_o

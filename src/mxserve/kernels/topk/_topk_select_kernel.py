@@ -32,6 +32,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mxserve.kernels.early_start import wait_for_previous
+
 NOT_CANDIDATE = tl.constexpr(0xFFFFFFFF)  # v of a masked/missing candidate; any fp32 maps below it
 NUM_BINS = tl.constexpr(64)  # histogram bins per radix level (6 bits)
 FIRST_SHIFT = tl.constexpr(20)  # level-1 bin width 2^20 in v = 1/8 octave of the score (2^23 per octave)
@@ -199,7 +201,9 @@ def _topk_select_kernel(
     scores_ptr, mask_ptr, num_valid_ptr, out_ptr, scratch_ptr, C, k, stride_s, stride_m, stride_o,
     HAS_MASK: tl.constexpr, HAS_NUM: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr,
     CAP: tl.constexpr, P: tl.constexpr, RANK: tl.constexpr, BJ: tl.constexpr,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     cols = tl.arange(0, BLOCK_C)

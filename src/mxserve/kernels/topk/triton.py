@@ -28,6 +28,7 @@ import os
 import torch
 import triton
 
+from mxserve.kernels.early_start import early_start_launch
 from mxserve.kernels.topk._topk_bound_kernel import _topk_bound_kernel
 from mxserve.kernels.topk._topk_kernel import _topk_kernel
 from mxserve.kernels.topk._topk_rank_kernel import _topk_rank_kernel
@@ -173,7 +174,7 @@ def topk_tiebroken_triton_select(
         scores, mask, nv, out, scratch, c, k, scores.stride(0), mask.stride(0), out.stride(0),
         HAS_MASK=valid_mask is not None, HAS_NUM=num_valid is not None, BLOCK_C=lp["BLOCK_C"],
         BLOCK_K=lp["BLOCK_K"], CAP=lp["CAP"], P=lp["P"], RANK=lp["RANK"], BJ=lp["BJ"],
-        num_warps=lp["num_warps"],
+        num_warps=lp["num_warps"], **early_start_launch(),
     )
     return out
 
@@ -255,7 +256,7 @@ def _bound_rows(scores: torch.Tensor, mask: torch.Tensor, nv: torch.Tensor, k: i
     _topk_bound_kernel[(n, bd["Q"])](
         scores, mask, nv, head, sidx, skey, c, k, scores.stride(0), mask.stride(0), scratch.stride(0),
         **has, **{name: bd[name] for name in ("BLOCK_C", "CAP", "CHUNK", "SAMPLE", "BACK", "EDGES", "FLOAT")},
-        num_warps=bd["num_warps"],
+        num_warps=bd["num_warps"], **early_start_launch(),
     )
     return head, sidx, skey
 
@@ -285,6 +286,6 @@ def topk_tiebroken_triton_rank(
         scores, mask, nv, out, head, sidx, skey, c, k, scores.stride(0), mask.stride(0), out.stride(0),
         head.stride(0) if bd is not None else 0,
         **has, **{name: rk[name] for name in ("BLOCK_C", "BLOCK_K", "CAP", "P", "FROM_S", "SCALAR_J", "MB", "JB")},
-        num_warps=rk["num_warps"],
+        num_warps=rk["num_warps"], **early_start_launch(),
     )
     return out
