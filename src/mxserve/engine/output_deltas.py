@@ -13,7 +13,7 @@ finish reason and stop reason are set once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from mxserve.engine.core_messages import OutputDelta, SampleDelta
 from mxserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprobs
@@ -121,8 +121,11 @@ class RequestAssembly:
         """A copy of the output so far that later deltas leave alone (the consumer may hold it while more
         arrives). The metrics object is shared, as `AsyncEngine`'s snapshots share the engine's."""
         output = self.output
-        outputs = [replace(o, token_ids=list(o.token_ids), logprobs=None if o.logprobs is None else list(o.logprobs))
+        # Constructors, not dataclasses.replace: this runs for every request every step, on the event loop.
+        outputs = [CompletionOutput(o.index, o.text, list(o.token_ids), o.finish_reason, o.stop_reason,
+                                    None if o.logprobs is None else list(o.logprobs), o.cumulative_logprob)
                    for o in output.outputs]
         prompt_logprobs: list[TokenLogprobs | None] | None = (
             None if output.prompt_logprobs is None else list(output.prompt_logprobs))
-        return replace(output, outputs=outputs, prompt_logprobs=prompt_logprobs)
+        return RequestOutput(output.request_id, output.prompt, output.prompt_token_ids, outputs, output.finished,
+                             output.metrics, prompt_logprobs)
