@@ -25,8 +25,8 @@ torch twin (`moe_experts_ref`) at every token count and routing, and batch invar
         --prefill-configs m64w8s3 m128w8s3 --parity-max-tokens 4096 --no-twin --baselines grouped \
         --skip invariance --out $OUT/moe_prefill.json                # issue 10: the prefill tile, config sweep
 Split-K configs (`--splitk-configs`, variant "bf16-stream-splitk" under each `stream_splitk.CONFIG`):
-n<block_n>s<stages>g<gate/up splits>d<down splits>[r<maxnreg>] at this layer's D and I (g2: K_SPLIT =
-D/2), e.g. n64s4g2d2r80; each is a column "splitk:<name>", checked against the twin, against "bf16"
+n<block_n>s<stages>g<gate/up splits>d<down splits>[r<maxnreg>][pdl] at this layer's D and I (g2: K_SPLIT =
+D/2; pdl: gate/up and down as early starts), e.g. n64s4g2d2r80; each is a column "splitk:<name>", checked against the twin, against "bf16"
 (the fused kernel) and "bf16-stream" (normwise errors) and for token 0 alone in the parity section.
 Stream configs (`--stream-configs`, variant "bf16-stream" under each `stream.CONFIG`): n<block_n>
 s<num_stages>[w<num_warps>][pdl], e.g. n64s4pdl; each is timed as its own column and bit-checked
@@ -95,12 +95,12 @@ def prefill_config(name: str) -> dict:
     return dict(prefill.CONFIG, tiers=((None, tile),))
 
 
-SPLITK_CONFIG = re.compile(r"n(\d+)s(\d+)(?:w(\d+))?g(\d+)d(\d+)(?:r(\d+))?")
+SPLITK_CONFIG = re.compile(r"n(\d+)s(\d+)(?:w(\d+))?g(\d+)d(\d+)(?:r(\d+))?(pdl)?")
 
 
 def splitk_config(name: str) -> dict:
-    """`stream_splitk.CONFIG` of a config name n<block_n>s<stages>[w<warps>]g<splits>d<splits>[r<maxnreg>]
-    (module docstring): K columns per program D / g for gate/up, I / d for down."""
+    """`stream_splitk.CONFIG` of a config name n<block_n>s<stages>[w<warps>]g<splits>d<splits>[r<maxnreg>][pdl]
+    (module docstring): K columns per program D / g for gate/up, I / d for down; pdl: early starts."""
     m = SPLITK_CONFIG.fullmatch(name)
     if m is None:
         raise ValueError(f"split-K config {name!r} is not n<block_n>s<stages>[w<warps>]g<splits>d<splits>[r<maxnreg>]")
@@ -109,7 +109,7 @@ def splitk_config(name: str) -> dict:
         raise ValueError(f"split-K config {name!r}: D={D} / {g} and I={I} / {d} must be multiples of 128")
     return dict(stream_splitk.CONFIG, block_n=int(m.group(1)), num_stages=int(m.group(2)),
                 num_warps=int(m.group(3) or 4), gate_up_k_split=D // g, down_k_split=I // d,
-                maxnreg=int(m.group(6) or 0))
+                maxnreg=int(m.group(6) or 0), pdl=m.group(7) is not None)
 
 
 @contextmanager

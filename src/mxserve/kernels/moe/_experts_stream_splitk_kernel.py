@@ -48,6 +48,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mxserve.kernels.early_start import wait_for_previous
 from mxserve.kernels.moe._experts_kernel import _dot_part, _swiglu_values
 from mxserve.kernels.moe._experts_stream_kernel import (
     _NO_EXPERT,
@@ -111,10 +112,12 @@ def _moe_splitk_gate_up_kernel(
     SPLITS: tl.constexpr, K_SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     NP: tl.constexpr, DOT: tl.constexpr, X_PIECES: tl.constexpr, USE_ASM: tl.constexpr, H_BF16: tl.constexpr,
     QUANT_H: tl.constexpr,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
     """Program (n-tile, pair p, 2·split + gate|up): gu[split, pair, which, n] = x[token] · W_e[n] over the
     split's K columns for the rows led by p; the last of a 128-channel block's 2 · 128/BLOCK_N · SPLITS
     programs sums the splits in order and stores h[pair, block] (`_mma_pos` order)."""
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     expert, rank, same, q = _lead_rank(ids_ptr, num_pairs, NP)
     if rank % BLOCK_M != 0:
         return
@@ -164,10 +167,12 @@ def _moe_splitk_down_kernel(
     stride_h, stride_we, stride_wn, stride_wse, stride_wsn, stride_ys, stride_y, stride_o,
     TOP_K: tl.constexpr, KPAD: tl.constexpr, SPLITS: tl.constexpr, K_SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, NP: tl.constexpr, DOT: tl.constexpr, X_PIECES: tl.constexpr, USE_ASM: tl.constexpr,
+    PDL: tl.constexpr = False,  # early start: kernels/early_start.py
 ):
     """Program (n-tile, pair p, split): y[split, pair, n] = h[pair, split's K] · W2_e[n, split's K]ᵀ for the
     rows led by p; the last of a (token, n-tile)'s TOP_K · SPLITS programs writes out[token, n-tile] =
     Σ over the token's rows in ascending expert id of (Σ over splits in order)."""
+    wait_for_previous(PDL)  # before any load or store (kernels/early_start.py)
     expert, rank, same, q = _lead_rank(ids_ptr, num_pairs, NP)
     if rank % BLOCK_M != 0:
         return

@@ -38,8 +38,13 @@ from mxserve.kernels.moe.stream import BLOCK_M, STREAM_MAX_PAIRS, checked_operan
 # shipped) / 2+2 splits r80 / 4+2 splits r72 / 2+2 uncapped: 1 token 62.8 / 48.5 / 51.7 / 61.4 / 56.6,
 # 4 tokens 209.1 / 155.8 / 164.8 / 191.4 / 169.5, 16 tokens 706.8 / 483.2 / 549.6 / 674.9 / 567.2.
 # So no split: the register decode alone is the gain; the split stays an option (set k_split).
+# pdl: gate/up and down as early starts too (kernels/early_start.py: waiting first, the same bits; with
+# MXSERVE_EARLY_START=0 neither starts early). Off: no gain on the H200 (session 14 call 2, Flash MoE, real
+# routing, us off / on: 1 token 47.8 / 48.8, 4 tokens 150.8 / 148.5, 16 tokens 470.6 / 469.2, 64 tokens
+# 1122.1 / 1121.7). Call 3 swept the rest (same bits): s3, s6, s8, no register cap and block_n 128 were
+# all slower than the shipped n64 s4 r80 at 1, 16 and 64 tokens (64 tokens 1154-1620 vs 1121 us).
 CONFIG = {"block_n": 64, "num_warps": 4, "num_stages": 4, "gate_up_k_split": 0, "down_k_split": 0,
-          "maxnreg": 80}
+          "maxnreg": 80, "pdl": False}
 # -------------------------------------------------------------------------------------------------
 
 
@@ -83,6 +88,7 @@ def splitk_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tens
         launch = dict(num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],
                       **({"maxnreg": CONFIG["maxnreg"]} if CONFIG["maxnreg"] else {}))
     gu_split, down_split = (0, 0) if whole_k else (CONFIG["gate_up_k_split"], CONFIG["down_k_split"])
+    early = early_start_launch() if CONFIG["pdl"] else {}
     gu_splits, down_splits = num_splits(st.dim, gu_split), num_splits(st.hidden, down_split)
     gu_split, down_split = split_width(st.dim, gu_split), split_width(st.hidden, down_split)
     num_gu_cnt = num_pairs * (st.hidden // 128)
@@ -106,7 +112,7 @@ def splitk_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tens
         gu.stride(1), h.stride(0),
         SPLITS=gu_splits, K_SPLIT=gu_split, BLOCK_M=BLOCK_M, BLOCK_N=block_n, NP=num_pad, DOT=dot,
         X_PIECES=x_pieces, USE_ASM=use_asm, H_BF16=hidden_dtype == torch.bfloat16, QUANT_H=quantize_inputs,
-        **launch,
+        **launch, **early,
     )
     y = torch.empty((down_splits, num_pairs, st.dim), dtype=torch.float32, device=dev)
     out = torch.empty((num_tokens, st.dim), dtype=torch.float32, device=dev)
@@ -116,6 +122,6 @@ def splitk_decode(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tens
         h.stride(0), st.w2.stride(0), st.w2.stride(1), words[2].stride(0), words[2].stride(1), y.stride(0),
         y.stride(1), out.stride(0),
         TOP_K=top_k, KPAD=triton.next_power_of_2(top_k), SPLITS=down_splits, K_SPLIT=down_split, BLOCK_M=BLOCK_M,
-        BLOCK_N=block_n, NP=num_pad, DOT=dot, X_PIECES=h_pieces, USE_ASM=use_asm, **launch,
+        BLOCK_N=block_n, NP=num_pad, DOT=dot, X_PIECES=h_pieces, USE_ASM=use_asm, **launch, **early,
     )
     return out
