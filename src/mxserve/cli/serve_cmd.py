@@ -49,8 +49,10 @@ def serve(
     engine_process: Annotated[bool, typer.Option(
         "--engine-process/--no-engine-process",
         help="Run the engine loop (scheduler, detokenizer, model steps) in its own process instead of a thread of "
-        "the HTTP server, so the two stop sharing one GIL. Measured with the forward stubbed by 1 ms on a 2-core "
-        "CPU: docs/benchmarks.md, session 14.")] = False,
+        "the HTTP server, so the two stop sharing one GIL (in one process the server tops out at one core of "
+        "Python). Off by default: with the forward stubbed by 1 ms on a 2-core CPU it measured 780 / 729 / 373 "
+        "tok/s per stream at 1 / 8 / 64 streams against the thread's 850 / 715 / 388 (the load generator took "
+        "the second core; docs/benchmarks.md, session 14).")] = False,
     lazy_graph_capture: Annotated[bool, typer.Option(
         "--lazy-graph-capture", help="Capture each CUDA-graph batch bucket on first use instead of before the first "
         "request (starts faster; the first step at each new batch size then stalls every running request).")] = False,

@@ -210,6 +210,8 @@ class ProcessEngine:
             self._kill()
         if self._loop is asyncio.get_running_loop():
             self._read_outputs()  # the engine's last batch (its aborts), then EOF
+        else:
+            self._read_if_unwatched()
         self._end_everything("the server is shutting down")
         self._close()
 
