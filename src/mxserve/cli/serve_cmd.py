@@ -46,13 +46,14 @@ def serve(
         "--shutdown-grace", help="Seconds in-flight requests get to finish on SIGINT/SIGTERM before they are aborted.")] = 10.0,
     speculative_config: SpeculativeConfigOption = None,
     kernel_overrides: KernelOverridesOption = None,
-    engine_process: Annotated[bool, typer.Option(
+    engine_process: Annotated[bool | None, typer.Option(
         "--engine-process/--no-engine-process",
         help="Run the engine loop (scheduler, detokenizer, model steps) in its own process instead of a thread of "
         "the HTTP server, so the two stop sharing one GIL (in one process the server tops out at one core of "
-        "Python). Off by default: with the forward stubbed by 1 ms on a 2-core CPU it measured 780 / 729 / 373 "
-        "tok/s per stream at 1 / 8 / 64 streams against the thread's 850 / 715 / 388 (the load generator took "
-        "the second core; docs/benchmarks.md, session 14).")] = False,
+        "Python). Default: on for a CUDA device, off on the CPU. On the H200 host it served 4055-4372 / "
+        "9247-9307 tok/s at 8 / 64 streams against the thread's 3786 / 7899 (the same at 1 stream); on a "
+        "2-core CPU with the forward stubbed it was 4-8% slower (no core to spare; docs/benchmarks.md, "
+        "session 14).")] = None,
     lazy_graph_capture: Annotated[bool, typer.Option(
         "--lazy-graph-capture", help="Capture each CUDA-graph batch bucket on first use instead of before the first "
         "request (starts faster; the first step at each new batch size then stalls every running request).")] = False,
@@ -73,6 +74,8 @@ def serve(
                                      speculative_config=speculative_config,
                                      kernel_overrides=parse_overrides(kernel_overrides or ""))
         names = tuple(served_model_name or (_default_name(model),))
+        if engine_process is None:
+            engine_process = engine_process_default(device)
         server_config = ServerConfig(served_model_names=names, api_key=api_key, max_body_bytes=max_body_bytes,
                                      max_pending_requests=max_pending_requests, shutdown_grace_s=shutdown_grace,
                                      capture_graphs_at_start=not lazy_graph_capture, engine_process=engine_process)
@@ -81,6 +84,18 @@ def serve(
         raise typer.Exit(EXIT_BAD_INPUT) from None
     run_server(engine_config, server_config, host=host, port=port, progress=show_progress(),
                graceful_timeout_s=shutdown_grace)
+
+
+def engine_process_default(device: str) -> bool:
+    """`--engine-process` unless asked: on for a CUDA device (measured faster at 8 and 64 streams on the
+    H200 host, the same at one), off on the CPU (slower on a 2-core machine: no core to spare)."""
+    if device.startswith("cuda"):
+        return True
+    if device != "auto":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _default_name(model: Path | None) -> str:
