@@ -150,3 +150,4 @@ def test_the_engine_process_is_the_default_on_a_gpu_only():
     assert engine_process_default("cuda") and engine_process_default("cuda:1")
     assert not engine_process_default("cpu")
     assert engine_process_default("auto") == torch.cuda.is_available()
+    assert not engine_process_default("cuda", tensor_parallel_size=2)  # rank processes from the child: untested

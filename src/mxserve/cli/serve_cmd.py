@@ -50,7 +50,7 @@ def serve(
         "--engine-process/--no-engine-process",
         help="Run the engine loop (scheduler, detokenizer, model steps) in its own process instead of a thread of "
         "the HTTP server, so the two stop sharing one GIL (in one process the server tops out at one core of "
-        "Python). Default: on for a CUDA device, off on the CPU. On the H200 host it served 4055-4372 / "
+        "Python). Default: on for a CUDA device, off on the CPU and with tensor parallelism. On the H200 host it served 4055-4372 / "
         "9247-9307 tok/s at 8 / 64 streams against the thread's 3786 / 7899 (the same at 1 stream); on a "
         "2-core CPU with the forward stubbed it was 4-8% slower (no core to spare; docs/benchmarks.md, "
         "session 14).")] = None,
@@ -75,7 +75,7 @@ def serve(
                                      kernel_overrides=parse_overrides(kernel_overrides or ""))
         names = tuple(served_model_name or (_default_name(model),))
         if engine_process is None:
-            engine_process = engine_process_default(device)
+            engine_process = engine_process_default(device, tensor_parallel_size)
         server_config = ServerConfig(served_model_names=names, api_key=api_key, max_body_bytes=max_body_bytes,
                                      max_pending_requests=max_pending_requests, shutdown_grace_s=shutdown_grace,
                                      capture_graphs_at_start=not lazy_graph_capture, engine_process=engine_process)
@@ -86,9 +86,12 @@ def serve(
                graceful_timeout_s=shutdown_grace)
 
 
-def engine_process_default(device: str) -> bool:
+def engine_process_default(device: str, tensor_parallel_size: int = 1) -> bool:
     """`--engine-process` unless asked: on for a CUDA device (measured faster at 8 and 64 streams on the
-    H200 host, the same at one), off on the CPU (slower on a 2-core machine: no core to spare)."""
+    H200 host, the same at one), off on the CPU (slower on a 2-core machine: no core to spare) and with
+    tensor parallelism (the engine process starting rank processes is not tested yet)."""
+    if tensor_parallel_size > 1:
+        return False
     if device.startswith("cuda"):
         return True
     if device != "auto":
