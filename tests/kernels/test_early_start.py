@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.engine.test_cuda_graphs import _greedy as greedy_with_logits
 
-from mxserve import LLM, SamplingParams
+from mxserve import LLM
 from mxserve.kernels.early_start import EARLY_START_ENV, early_start_launch
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "src" / "mxserve" / "kernels"
@@ -72,20 +73,13 @@ def test_every_early_kernel_waits_before_anything_else():
 
 
 def _greedy(prompts: list[list[int]], num_tokens: int) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """A fresh all-Triton engine's greedy tokens and the logits its sampler saw, through CUDA graphs."""
     llm = LLM(device="cuda", max_model_len=512, progress=False,
               kernel_overrides={"linear": "triton", "moe": "triton", "attention": "triton", "hc": "triton"})
-    seen: list[torch.Tensor] = []
-    runner = llm.engine.runner
-    real = runner.sampler.sample
-
-    def recording(logits, *args, **kwargs):
-        seen.append(logits.detach().cpu().clone())
-        return real(logits, *args, **kwargs)
-
-    runner.sampler.sample = recording
-    outputs = llm.generate(prompts, SamplingParams(max_tokens=num_tokens, temperature=0, ignore_eos=True))
-    assert runner.decode_graphs is not None and runner.decode_graphs.num_replays > 0, "no graph replayed"
-    return [list(o.outputs[0].token_ids) for o in outputs], seen
+    tokens, logits = greedy_with_logits(llm, prompts, num_tokens)
+    graphs = llm.engine.runner.decode_graphs
+    assert graphs is not None and graphs.num_replays > 0, "no graph replayed"
+    return tokens, logits
 
 
 @pytest.mark.gpu

@@ -21,7 +21,13 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 
-from mxserve.engine.engine_client import EngineDeadError, EngineStats, OutputListener, QueueFullError
+from mxserve.engine.engine_client import (
+    EngineDeadError,
+    EngineStats,
+    OutputListener,
+    QueueFullError,
+    stream_outputs,
+)
 from mxserve.engine.engine_info import EngineInfo
 from mxserve.engine.llm_engine import LLMEngine
 from mxserve.engine.outputs import RequestMetrics, RequestOutput
@@ -112,21 +118,10 @@ class AsyncEngine:
                 return
         self._commands.put(_Abort(request_id))
 
-    async def generate(self, request_id: str, prompt_token_ids: list[int],
-                       params: SamplingParams) -> AsyncIterator[RequestOutput]:
-        """Submit one request and yield its snapshots until the finished one. Closing the iterator
-        early (a client disconnect cancels the consuming task) aborts the request."""
-        sink: asyncio.Queue[RequestOutput] = asyncio.Queue()
-        self.submit(request_id, prompt_token_ids, params, sink)
-        finished = False
-        try:
-            while not finished:
-                output = await sink.get()
-                finished = output.finished
-                yield output
-        finally:
-            if not finished:
-                self.abort(request_id)
+    def generate(self, request_id: str, prompt_token_ids: list[int],
+                 params: SamplingParams) -> AsyncIterator[RequestOutput]:
+        """`engine_client.stream_outputs`: this request's snapshots until the finished one."""
+        return stream_outputs(self, request_id, prompt_token_ids, params)
 
     async def shutdown(self, grace_s: float = 10.0) -> None:
         """Stop accepting, let in-flight requests finish for up to grace_s, abort the rest, join."""

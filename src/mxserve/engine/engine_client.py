@@ -81,3 +81,20 @@ class EngineClient(Protocol):
                  params: SamplingParams) -> AsyncIterator[RequestOutput]: ...
 
     async def shutdown(self, grace_s: float = 10.0) -> None: ...
+
+
+async def stream_outputs(client: EngineClient, request_id: str, prompt_token_ids: list[int],
+                         params: SamplingParams) -> AsyncIterator[RequestOutput]:
+    """Both fronts' `generate`: submit one request and yield its snapshots until the finished one.
+    Closing the iterator early (a client disconnect cancels the consuming task) aborts the request."""
+    sink: asyncio.Queue[RequestOutput] = asyncio.Queue()
+    client.submit(request_id, prompt_token_ids, params, sink)
+    finished = False
+    try:
+        while not finished:
+            output = await sink.get()
+            finished = output.finished
+            yield output
+    finally:
+        if not finished:
+            client.abort(request_id)

@@ -51,6 +51,7 @@ from mxserve.engine.engine_client import (
     EngineStats,
     OutputListener,
     QueueFullError,
+    stream_outputs,
 )
 from mxserve.engine.engine_core import CoreSpec, EngineSetup, run_engine_core
 from mxserve.engine.engine_info import EngineInfo
@@ -179,21 +180,10 @@ class ProcessEngine:
             with contextlib.suppress(OSError):  # a dead engine process ends every request anyway
                 self._send(AbortRequest(request_id))
 
-    async def generate(self, request_id: str, prompt_token_ids: list[int],
-                       params: SamplingParams) -> AsyncIterator[RequestOutput]:
-        """Submit one request and yield its snapshots until the finished one; closing the iterator
-        early aborts the request."""
-        sink: asyncio.Queue[RequestOutput] = asyncio.Queue()
-        self.submit(request_id, prompt_token_ids, params, sink)
-        finished = False
-        try:
-            while not finished:
-                output = await sink.get()
-                finished = output.finished
-                yield output
-        finally:
-            if not finished:
-                self.abort(request_id)
+    def generate(self, request_id: str, prompt_token_ids: list[int],
+                 params: SamplingParams) -> AsyncIterator[RequestOutput]:
+        """`engine_client.stream_outputs`: this request's snapshots until the finished one."""
+        return stream_outputs(self, request_id, prompt_token_ids, params)
 
     async def shutdown(self, grace_s: float = 10.0) -> None:
         """Stop accepting, let in-flight requests finish for up to grace_s, abort the rest, stop the
