@@ -35,7 +35,9 @@ TARGET = GPUTarget("cuda", 90, 32)  # sm_90, warp size 32
 
 def as_launched(kernel, consts: Mapping) -> dict:
     """`consts` plus PDL=True for a kernel with an early start (kernels/early_start.py) when the
-    script does not choose: a GPU launches it that way by default."""
+    script does not choose: the variant a GPU launches by default (MXSERVE_EARLY_START on). The MoE
+    expert kernels, whose early start is off by default (stream_splitk.CONFIG "pdl"), have a script
+    that chooses."""
     if "PDL" in kernel.arg_names and "PDL" not in consts:
         return {**consts, "PDL": True}
     return dict(consts)
