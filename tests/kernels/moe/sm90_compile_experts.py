@@ -93,9 +93,9 @@ def kernel_report(compiled, warps: int, tag: str, dump: Path | None, key_ops: tu
 
 
 def compile_report(name: str, stages: int, pdl: bool = False, warps: int = 4, dump: Path | None = None) -> dict:
-    """One kernel at one num_stages (stream kernels: with or without the PDL early start)."""
+    """One kernel at one num_stages (kernels with an early start: with or without it)."""
     kernel, extra, types = KERNELS[name]
-    consts = {**COMMON, **extra, **({"PDL": pdl} if name.startswith("stream") else {})}
+    consts = {**COMMON, **extra, **({"PDL": pdl} if "PDL" in kernel.arg_names else {})}
     signature, attrs = sm90.signature(kernel, consts, types, default="i32", divisible=DIVISIBLE)
     compiled, compile_s = sm90.compile_sm90(kernel, signature, consts, attrs, num_warps=warps, num_stages=stages)
     report = kernel_report(compiled, warps, f"{name}-s{stages}{'-pdl' if pdl else ''}", dump)
