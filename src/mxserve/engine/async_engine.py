@@ -30,7 +30,7 @@ from mxserve.engine.engine_client import (
 )
 from mxserve.engine.engine_info import EngineInfo
 from mxserve.engine.llm_engine import LLMEngine
-from mxserve.engine.outputs import RequestMetrics, RequestOutput
+from mxserve.engine.outputs import RequestMetrics, RequestOutput, held_copy
 from mxserve.engine.request import FinishReason
 from mxserve.engine.sampling_params import SamplingParams
 
@@ -190,7 +190,7 @@ class AsyncEngine:
             if sink is None:
                 continue
             # The engine keeps mutating its CompletionOutputs in later steps; hand over a copy.
-            output = _copy_output(output)
+            output = held_copy(output)
             sink.last = output
             if output.finished:
                 self._release(output)
@@ -239,13 +239,6 @@ class AsyncEngine:
 def _mark_aborted(output: RequestOutput) -> RequestOutput:
     outputs = [o if o.finish_reason else replace(o, finish_reason=FinishReason.ABORT.value) for o in output.outputs]
     return replace(output, outputs=outputs, finished=True)
-
-
-def _copy_output(output: RequestOutput) -> RequestOutput:
-    outputs = [replace(o, token_ids=list(o.token_ids), logprobs=None if o.logprobs is None else list(o.logprobs))
-               for o in output.outputs]
-    prompt_logprobs = None if output.prompt_logprobs is None else list(output.prompt_logprobs)
-    return replace(output, outputs=outputs, prompt_logprobs=prompt_logprobs)
 
 
 def _put(sink: _Sink, output: RequestOutput) -> None:

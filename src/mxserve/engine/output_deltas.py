@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mxserve.engine.core_messages import OutputDelta, SampleDelta
-from mxserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprobs
+from mxserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, held_copy
 from mxserve.engine.request import FinishReason
 
 
@@ -120,12 +120,4 @@ class RequestAssembly:
     def snapshot(self) -> RequestOutput:
         """A copy of the output so far that later deltas leave alone (the consumer may hold it while more
         arrives). The metrics object is shared, as `AsyncEngine`'s snapshots share the engine's."""
-        output = self.output
-        # Constructors, not dataclasses.replace: this runs for every request every step, on the event loop.
-        outputs = [CompletionOutput(o.index, o.text, list(o.token_ids), o.finish_reason, o.stop_reason,
-                                    None if o.logprobs is None else list(o.logprobs), o.cumulative_logprob)
-                   for o in output.outputs]
-        prompt_logprobs: list[TokenLogprobs | None] | None = (
-            None if output.prompt_logprobs is None else list(output.prompt_logprobs))
-        return RequestOutput(output.request_id, output.prompt, output.prompt_token_ids, outputs, output.finished,
-                             output.metrics, prompt_logprobs)
+        return held_copy(self.output)
