@@ -138,24 +138,49 @@ def _attend_chunk_by_chunk(
 def project_inputs(
     x: torch.Tensor, positions: torch.Tensor, w: AttentionWeights, ctx: LayerContext,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """The row-wise projections of every token (shared by the per-chunk and the decode paths):
-    q [T, H, d] after the per-head RMS + RoPE, kv [T, d] before its norm (kv_insert does it), and
-    for CSA layers the indexer's q [T, H_I, D_I] (RoPE'd) and head weights [T, H_I] (else None)."""
-    cfg, policy, kernels = ctx.config, ctx.policy, ctx.kernels
-    sd, qi = policy.stream_dtype, policy.quantize_gemm_inputs
-    num_tokens = x.shape[0]
-    qr = kernels.rms_norm(kernels.linear(x, w.wq_a, quantize_input=qi, out_dtype=sd), w.q_norm, cfg.rms_norm_eps)
-    q = kernels.linear(qr, w.wq_b, quantize_input=qi, out_dtype=sd).view(num_tokens, cfg.num_attention_heads, cfg.head_dim)
-    q = kernels.q_norm_rope(q, positions, ctx.inv_freq, cfg.rms_norm_eps)
-    kv = kernels.linear(x, w.wkv, quantize_input=qi, out_dtype=sd)  # kv_norm + RoPE happen in kv_insert
-
-    indexer_q = indexer_w = None
-    if w.indexer is not None:
-        ih, idim = cfg.index_n_heads, cfg.index_head_dim
-        indexer_q = kernels.linear(qr, w.indexer.wq_b, quantize_input=qi, out_dtype=sd).view(num_tokens, ih, idim)
-        indexer_q = kernels.rope(indexer_q, positions, ctx.inv_freq)
-        indexer_w = kernels.linear(x, w.indexer.weights_proj) * (idim**-0.5 * ih**-0.5)
+    """The row-wise projections of every token (the per-chunk path; the decode path calls the parts
+    below itself, some on side lanes): q [T, H, d] after the per-head RMS + RoPE, kv [T, d] before
+    its norm (kv_insert does it), and for CSA layers the indexer's q [T, H_I, D_I] (RoPE'd) and
+    head weights [T, H_I] (else None)."""
+    qr = project_q_lora(x, w, ctx)
+    q = project_q(qr, positions, w, ctx)
+    kv = project_kv(x, w, ctx)
+    indexer_q, indexer_w = project_indexer(x, qr, positions, w, ctx) if w.indexer is not None else (None, None)
     return q, kv, indexer_q, indexer_w
+
+
+def project_q_lora(x: torch.Tensor, w: AttentionWeights, ctx: LayerContext) -> torch.Tensor:
+    """wq_a, then q_norm: the normed q_lora [T, q_lora_rank] that wq_b and the indexer's wq_b read."""
+    cfg, policy, kernels = ctx.config, ctx.policy, ctx.kernels
+    q_lora = kernels.linear(x, w.wq_a, quantize_input=policy.quantize_gemm_inputs, out_dtype=policy.stream_dtype)
+    return kernels.rms_norm(q_lora, w.q_norm, cfg.rms_norm_eps)
+
+
+def project_q(qr: torch.Tensor, positions: torch.Tensor, w: AttentionWeights, ctx: LayerContext) -> torch.Tensor:
+    """wq_b, then the per-head RMS + RoPE: q [T, H, d]."""
+    cfg, policy, kernels = ctx.config, ctx.policy, ctx.kernels
+    q = kernels.linear(qr, w.wq_b, quantize_input=policy.quantize_gemm_inputs, out_dtype=policy.stream_dtype)
+    q = q.view(qr.shape[0], cfg.num_attention_heads, cfg.head_dim)
+    return kernels.q_norm_rope(q, positions, ctx.inv_freq, cfg.rms_norm_eps)
+
+
+def project_kv(x: torch.Tensor, w: AttentionWeights, ctx: LayerContext) -> torch.Tensor:
+    """wkv: kv [T, d] before its norm (kv_norm + RoPE happen in kv_insert)."""
+    policy = ctx.policy
+    return ctx.kernels.linear(x, w.wkv, quantize_input=policy.quantize_gemm_inputs, out_dtype=policy.stream_dtype)
+
+
+def project_indexer(x: torch.Tensor, qr: torch.Tensor, positions: torch.Tensor, w: AttentionWeights,
+                    ctx: LayerContext) -> tuple[torch.Tensor, torch.Tensor]:
+    """A CSA layer's indexer inputs: its q [T, H_I, D_I] (RoPE'd) from the normed q_lora, and its
+    head weights [T, H_I] from x."""
+    cfg, policy, kernels = ctx.config, ctx.policy, ctx.kernels
+    ih, idim = cfg.index_n_heads, cfg.index_head_dim
+    indexer_q = kernels.linear(qr, w.indexer.wq_b, quantize_input=policy.quantize_gemm_inputs,
+                               out_dtype=policy.stream_dtype).view(qr.shape[0], ih, idim)
+    indexer_q = kernels.rope(indexer_q, positions, ctx.inv_freq)
+    indexer_w = kernels.linear(x, w.indexer.weights_proj) * (idim**-0.5 * ih**-0.5)
+    return indexer_q, indexer_w
 
 
 def _attend_chunk(

@@ -6,7 +6,9 @@ projections → window-KV insert → compressor step (state row, and the entry t
 completes, if any) → CSA: indexer compressor, scores, tie-broken top-k / HCA: every visible
 entry → sparse attention over window ∪ compressed slots → inverse RoPE.
 
-What differs is only how the per-row sets are shaped. The per-chunk path sizes them by the data
+With `branches` the window KV + compressor and the CSA indexer run on side lanes beside the q
+path (`decode_branches` says why that changes no bit). What differs otherwise is only how the
+per-row sets are shaped. The per-chunk path sizes them by the data
 (`int(visible.max())` entries, top-k of min(k, visible)) and maps slots with one sequence's
 Python table; here every row maps its own slots from the padded device tables
 (`decode_batch.paged_slots`) and the candidate sets have the capacity's width
@@ -23,41 +25,58 @@ from __future__ import annotations
 import torch
 
 from mxserve.config import AttentionKind
+from mxserve.kernels import side_streams
 from mxserve.model.attention import (
     AttentionWeights,
     LayerContext,
     indexer_compressor_site,
     main_compressor_site,
-    project_inputs,
+    project_indexer,
+    project_kv,
+    project_q,
+    project_q_lora,
     run_compressor,
 )
 from mxserve.model.decode_addresses import DecodeAddresses
+from mxserve.model.decode_branches import INDEXER, KV
 from mxserve.model.kv_state import LayerCaches, Pool
 
 
 def decode_attention_heads(
-    x: torch.Tensor, addresses: DecodeAddresses, w: AttentionWeights, ctx: LayerContext, caches: LayerCaches,
+    x: torch.Tensor, addresses: DecodeAddresses, w: AttentionWeights, ctx: LayerContext, caches: LayerCaches, *,
+    branches: bool = False,
 ) -> torch.Tensor:
     """x [B, D] (normed block input, one token per row) → per-head outputs [B, H, d] (stream dtype).
-    `addresses`: the step's slot maps, shared with every other layer of the step."""
+    `addresses`: the step's slot maps, shared with every other layer of the step. `branches`: the
+    window KV + compressor and the CSA indexer run on side lanes beside the q path
+    (`decode_branches`; the maps must have been primed), else in the same order on one stream."""
     cfg, policy, kernels = ctx.config, ctx.policy, ctx.kernels
-    positions = addresses.positions
+    positions, device = addresses.positions, x.device
+    site = main_compressor_site(ctx) if ctx.kind is not AttentionKind.SLIDING else None
 
-    q, kv, indexer_q, indexer_w = project_inputs(x, positions, w, ctx)
-    kernels.kv_insert(kv, w.kv_norm, cfg.rms_norm_eps, positions, ctx.inv_freq, caches.window, addresses.window_write())
-    sources = [(caches.window, addresses.window_read())]  # [B, W]
-
-    if ctx.kind is not AttentionKind.SLIDING:
-        site = main_compressor_site(ctx)
-        run_compressor(x, positions, w.compressor, site, addresses.compressor(site), ctx, caches.state,
-                       caches.compressed)
-        if ctx.kind is AttentionKind.CSA:
+    with side_streams.fork(device, KV, keep=(x,), on=branches):
+        kv = project_kv(x, w, ctx)
+        kernels.kv_insert(kv, w.kv_norm, cfg.rms_norm_eps, positions, ctx.inv_freq, caches.window,
+                          addresses.window_write())
+        if site is not None:
+            run_compressor(x, positions, w.compressor, site, addresses.compressor(site), ctx, caches.state,
+                           caches.compressed)
+    qr = project_q_lora(x, w, ctx)
+    entry_slots = None
+    if ctx.kind is AttentionKind.CSA:
+        with side_streams.fork(device, INDEXER, keep=(x, qr), on=branches):
+            indexer_q, indexer_w = project_indexer(x, qr, positions, w, ctx)
             entry_ids = _decode_indexer_select(x, indexer_q, indexer_w, w, ctx, caches, addresses)
             entry_slots = addresses.slots(site.entry_pool, entry_ids)
-        else:
-            _, entry_slots = addresses.candidates(site.entry_pool, site.spec.ratio, addresses.geometry.hca_candidates)
-        sources.append((caches.compressed, entry_slots))
+    elif site is not None:
+        _, entry_slots = addresses.candidates(site.entry_pool, site.spec.ratio, addresses.geometry.hca_candidates)
+    q = project_q(qr, positions, w, ctx)
+    side_streams.join(device, KV)
+    side_streams.join(device, INDEXER)
 
+    sources = [(caches.window, addresses.window_read())]  # [B, W]
+    if entry_slots is not None:
+        sources.append((caches.compressed, entry_slots))
     out = kernels.sparse_attention(q, sources, w.sink, cfg.head_dim**-0.5)
     return kernels.rope(out, positions, ctx.inv_freq, inverse=True, out_dtype=policy.stream_dtype)
 

@@ -29,6 +29,7 @@ from mxserve.model.compressor import CompressorWeights
 from mxserve.model.decode_addresses import DecodeAddresses
 from mxserve.model.decode_attention import decode_attention_heads
 from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry
+from mxserve.model.decode_branches import decode_branches_enabled
 from mxserve.model.forward_batch import ForwardBatch
 from mxserve.model.hyper_connection import HyperConnectionWeights
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
@@ -202,17 +203,21 @@ class DeepseekV4Model:
                 addresses: DecodeAddresses | None, aux_layer_ids: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         if addresses is None:
             addresses = DecodeAddresses(batch, geometry, self.config)
+        branches = decode_branches_enabled(batch.positions.device)
+        if branches:
+            addresses.prime()  # every map on this stream before the first fork (decode_branches)
         captured: dict[int, torch.Tensor] = {}
 
         def attend(x: torch.Tensor, attention: AttentionWeights, ctx: LayerContext) -> torch.Tensor:
-            heads = decode_attention_heads(x, addresses, attention, ctx, state.layers[ctx.layer_id])
+            heads = decode_attention_heads(x, addresses, attention, ctx, state.layers[ctx.layer_id], branches=branches)
             return output_projection(heads, attention, ctx)
 
         def after_layer(ctx: LayerContext, streams: torch.Tensor) -> None:
             if ctx.layer_id in aux_layer_ids:
                 captured[ctx.layer_id] = _hc_mean(streams, self.policy.stream_dtype)
 
-        streams = self._layers(batch.token_ids, attend, after_layer=after_layer if aux_layer_ids else None)
+        streams = self._layers(batch.token_ids, attend, after_layer=after_layer if aux_layer_ids else None,
+                               branches=branches)
         aux = torch.cat([captured[i] for i in aux_layer_ids], dim=-1) if aux_layer_ids else streams.new_empty(0)
         return self._logits(streams), aux
 
@@ -223,10 +228,11 @@ class DeepseekV4Model:
     def _layers(
         self, token_ids: torch.Tensor, attend: Callable[[torch.Tensor, AttentionWeights, LayerContext], torch.Tensor],
         after_moe: Callable[[LayerContext, torch.Tensor], None] | None = None,
-        after_layer: Callable[[LayerContext, torch.Tensor], None] | None = None,
+        after_layer: Callable[[LayerContext, torch.Tensor], None] | None = None, branches: bool = False,
     ) -> torch.Tensor:
         """Embedding and every block (hc_pre → norm → attention → hc_post → hc_pre → norm → MoE →
         hc_post); `attend(normed x [T, D], weights, ctx) -> [T, D]` is the attention of one layer.
+        `branches`: the MoE's shared expert beside the routed ones (`decode_branches`).
         Returns the hc streams [T, hc, D] after the last layer."""
         cfg, sd = self.config, self.policy.stream_dtype
         hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
@@ -239,7 +245,7 @@ class DeepseekV4Model:
             streams = kernels.hc_post(out, streams, post, comb)
             block_in, post, comb = kernels.hc_pre(streams, hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
             routed, shared = moe_forward_parts(kernels.rms_norm(block_in, ffn_norm, cfg.rms_norm_eps), token_ids, moe,
-                                               cfg, self.policy, self.kernels)
+                                               cfg, self.policy, self.kernels, branches=branches)
             if after_moe is None and shared is not None:  # hc_post adds and rounds them (moe_forward's ops)
                 streams = kernels.hc_post(routed, streams, post, comb, addend=shared)
             else:

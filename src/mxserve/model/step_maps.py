@@ -64,9 +64,8 @@ class StepAddressMaps(ABC):
             self._memo[key] = compute()
         return self._memo[key]
 
-    def _compute_all(self) -> None:
-        """Every map of the model's layer kinds in one `step_slot_maps` launch, filed under the keys
-        the accessors below use (the window's; per compressor site; per candidate set and ratio)."""
+    def _layer_maps(self) -> tuple[list[CompressorSite], list[tuple[Pool, int, int]]]:
+        """The compressor sites and the candidate sets (pool, ratio, width) of the model's layer kinds."""
         cfg = self.config
         kinds = set(cfg.layer_kinds)
         sites: list[CompressorSite] = []
@@ -77,8 +76,29 @@ class StepAddressMaps(ABC):
         if AttentionKind.HCA in kinds:
             sites.append(kind_compressor_site(cfg, AttentionKind.HCA))
             candidates.append((Pool.HCA, cfg.compress_rate_hca, self.candidate_width(Pool.HCA, cfg.compress_rate_hca)))
+        return sites, candidates
+
+    def prime(self) -> None:
+        """Compute now, on the current stream, every map the layers read (the one launch where it is
+        fused), so that none is first computed on a side lane and then read unordered by another
+        (`decode_branches`). A no-op for maps already kept; the per-layer path keeps none."""
+        if not self._shared:
+            return
+        sites, candidates = self._layer_maps()
+        self.window_write()
+        self.window_read()
+        for site in sites:
+            self.compressor(site)
+        for pool, ratio, num in candidates:
+            self.visible(ratio)
+            self.candidates(pool, ratio, num)
+
+    def _compute_all(self) -> None:
+        """Every map of the model's layer kinds in one `step_slot_maps` launch, filed under the keys
+        the accessors below use (the window's; per compressor site; per candidate set and ratio)."""
+        sites, candidates = self._layer_maps()
         spec = StepMapSpec(
-            self.block_size, Pool.WINDOW.value, cfg.sliding_window,
+            self.block_size, Pool.WINDOW.value, self.config.sliding_window,
             tuple(SiteMapSpec(s.state_pool.value, s.entry_pool.value, s.spec.ratio, s.spec.overlap) for s in sites),
             tuple(CandidateMapSpec(pool.value, ratio, num) for pool, ratio, num in candidates),
         )

@@ -113,7 +113,7 @@ def _layer(streams, w, block_w):
 
 @pytest.mark.parametrize("num_tokens", [1, 8])
 def test_side_stream_gives_the_same_bits_eager_and_in_a_graph(num_tokens, monkeypatch):
-    from mxserve.kernels.hyper_connection import side_stream
+    from mxserve.kernels import side_streams
 
     streams, w, _, _, _ = _inputs(num_tokens, 4096, seed=7 + num_tokens)
     block_w = torch.randn(4096, 4096, device="cuda") * 0.01
@@ -123,14 +123,14 @@ def test_side_stream_gives_the_same_bits_eager_and_in_a_graph(num_tokens, monkey
     torch.cuda.synchronize()
     for name, a, b in zip(("hc_post", "post", "comb"), eager, want, strict=True):
         assert torch.equal(a, b), f"side stream eager {name}"
-    assert not side_stream._held, "hc_post joined the side stream"
+    assert not side_streams.pending(), "hc_post joined the side stream"
 
     graph, capture = torch.cuda.CUDAGraph(), torch.cuda.Stream()
     capture.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(capture), torch.cuda.graph(graph, stream=capture):
         replayed = _layer(_layer(streams, w, block_w)[0], w, block_w)  # two layers: fork, join, fork, join
     torch.cuda.current_stream().wait_stream(capture)
-    assert not side_stream._held, "the captured hc_posts joined every fork"
+    assert not side_streams.pending(), "the captured hc_posts joined every fork"
     graph.replay()
     torch.cuda.synchronize()
     monkeypatch.delenv("MXSERVE_HC_SIDE_STREAM")

@@ -71,6 +71,7 @@ import torch
 import triton
 
 from mxserve.formats import E4M3FN, QuantizedWeight, decode_table, fp8_fnuz_to_ocp
+from mxserve.kernels import side_streams
 from mxserve.kernels.act_quant import fake_quant_fp8, quantize_fp8_block
 from mxserve.kernels.linear_fp8_block._gemv_kernel import _gemv_fma_kernel
 from mxserve.kernels.linear_fp8_block._linear_fp8_block_kernel import (
@@ -103,7 +104,8 @@ _MIN_COUNTERS = 1 << 16  # first counter buffer per device (256 KB): every decod
 _MIN_BLOCK_N = 16  # the counters are sized for the smallest tile any config may use
 _luts: dict[tuple[str, str], torch.Tensor] = {}
 _split_sum = {"default": "auto"}  # what `split_sum="auto"` resolves through; see `set_split_sum`
-_counters: dict[torch.device, torch.Tensor] = {}
+# per (device, side lane): two launches that may run at once (`kernels/side_streams.py`) never share one
+_counters: dict[tuple[torch.device, str], torch.Tensor] = {}
 _outgrown_counters: list[torch.Tensor] = []  # never freed: a captured CUDA graph may still point at them
 _SPLIT_ROTATE = {"value": 0}  # tests only: which split arrives last under the interpreter
 
@@ -269,13 +271,16 @@ def set_split_sum(mode: str) -> None:
 
 
 def split_counters(device: torch.device, num: int) -> torch.Tensor | None:
-    """The device's fused split-K arrival counters (int32, all 0 between launches), at least `num`.
+    """The fused split-K arrival counters (int32, all 0 between launches) of the current stream's
+    lane on `device` (`side_streams.current_lane`: launches on different lanes may run at once, so
+    each lane has its own), at least `num`.
 
     Grown (never shrunk, never freed: a captured graph keeps its pointer) outside graph capture;
     None while capturing with a buffer too small — torch.zeros inside a capture only records the
     memset, so eager calls before the first replay would read garbage. The caller then runs two
     launches, which give the same bits."""
-    buf = _counters.get(device)
+    key = (device, side_streams.current_lane(device))
+    buf = _counters.get(key)
     if buf is not None and buf.numel() >= num:
         return buf
     if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -283,8 +288,8 @@ def split_counters(device: torch.device, num: int) -> torch.Tensor | None:
     size = max(num, _MIN_COUNTERS, 2 * buf.numel() if buf is not None else 0)
     if buf is not None:
         _outgrown_counters.append(buf)
-    _counters[device] = torch.zeros(size, dtype=torch.int32, device=device)  # stream-ordered memset, no host sync
-    return _counters[device]
+    _counters[key] = torch.zeros(size, dtype=torch.int32, device=device)  # stream-ordered memset, no host sync
+    return _counters[key]
 
 
 def to_ocp_weight(weight: QuantizedWeight) -> QuantizedWeight:
