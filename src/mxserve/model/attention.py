@@ -174,13 +174,22 @@ def project_indexer(x: torch.Tensor, qr: torch.Tensor, positions: torch.Tensor, 
                     ctx: LayerContext) -> tuple[torch.Tensor, torch.Tensor]:
     """A CSA layer's indexer inputs: its q [T, H_I, D_I] (RoPE'd) from the normed q_lora, and its
     head weights [T, H_I] from x."""
+    return project_indexer_q(qr, positions, w, ctx), project_indexer_weights(x, w, ctx)
+
+
+def project_indexer_q(qr: torch.Tensor, positions: torch.Tensor, w: AttentionWeights, ctx: LayerContext
+                      ) -> torch.Tensor:
+    """The indexer's wq_b on the normed q_lora, then RoPE: [T, H_I, D_I]."""
     cfg, policy, kernels = ctx.config, ctx.policy, ctx.kernels
-    ih, idim = cfg.index_n_heads, cfg.index_head_dim
     indexer_q = kernels.linear(qr, w.indexer.wq_b, quantize_input=policy.quantize_gemm_inputs,
-                               out_dtype=policy.stream_dtype).view(qr.shape[0], ih, idim)
-    indexer_q = kernels.rope(indexer_q, positions, ctx.inv_freq)
-    indexer_w = kernels.linear(x, w.indexer.weights_proj) * (idim**-0.5 * ih**-0.5)
-    return indexer_q, indexer_w
+                               out_dtype=policy.stream_dtype).view(qr.shape[0], cfg.index_n_heads, cfg.index_head_dim)
+    return kernels.rope(indexer_q, positions, ctx.inv_freq)
+
+
+def project_indexer_weights(x: torch.Tensor, w: AttentionWeights, ctx: LayerContext) -> torch.Tensor:
+    """The indexer's head weights [T, H_I] from x, with the score scale folded in."""
+    cfg = ctx.config
+    return ctx.kernels.linear(x, w.indexer.weights_proj) * (cfg.index_head_dim**-0.5 * cfg.index_n_heads**-0.5)
 
 
 def _attend_chunk(

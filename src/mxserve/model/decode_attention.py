@@ -31,7 +31,8 @@ from mxserve.model.attention import (
     LayerContext,
     indexer_compressor_site,
     main_compressor_site,
-    project_indexer,
+    project_indexer_q,
+    project_indexer_weights,
     project_kv,
     project_q,
     project_q_lora,
@@ -61,12 +62,17 @@ def decode_attention_heads(
         if site is not None:
             run_compressor(x, positions, w.compressor, site, addresses.compressor(site), ctx, caches.state,
                            caches.compressed)
+    indexer_w = None
+    if ctx.kind is AttentionKind.CSA:  # what the indexer needs of x alone: its keys and its head weights
+        with side_streams.fork(device, INDEXER, keep=(x,), on=branches):
+            _decode_indexer_keys(x, w, ctx, caches, addresses)
+            indexer_w = project_indexer_weights(x, w, ctx)
     qr = project_q_lora(x, w, ctx)
     entry_slots = None
-    if ctx.kind is AttentionKind.CSA:
-        with side_streams.fork(device, INDEXER, keep=(x, qr), on=branches):
-            indexer_q, indexer_w = project_indexer(x, qr, positions, w, ctx)
-            entry_ids = _decode_indexer_select(x, indexer_q, indexer_w, w, ctx, caches, addresses)
+    if ctx.kind is AttentionKind.CSA:  # then, on the same lane, what needs the normed q_lora
+        with side_streams.fork(device, INDEXER, keep=(qr,), on=branches):
+            indexer_q = project_indexer_q(qr, positions, w, ctx)
+            entry_ids = _decode_indexer_select(indexer_q, indexer_w, ctx, caches, addresses)
             entry_slots = addresses.slots(site.entry_pool, entry_ids)
     elif site is not None:
         _, entry_slots = addresses.candidates(site.entry_pool, site.spec.ratio, addresses.geometry.hca_candidates)
@@ -81,17 +87,23 @@ def decode_attention_heads(
     return kernels.rope(out, positions, ctx.inv_freq, inverse=True, out_dtype=policy.stream_dtype)
 
 
-def _decode_indexer_select(
-    x: torch.Tensor, indexer_q: torch.Tensor, indexer_w: torch.Tensor, w: AttentionWeights, ctx: LayerContext,
-    caches: LayerCaches, addresses: DecodeAddresses,
-) -> torch.Tensor:
-    """The indexer's compressor, then scores over the capacity's candidates (key slot −1 past each
-    row's visible count: such a key reads as zeros, never as another sequence's or stale bytes),
-    then the tie-broken top-k among the first visible[b] → entry ids [B, index_topk], −1 padded."""
-    cfg, kernels = ctx.config, ctx.kernels
-    site = indexer_compressor_site(cfg)
+def _decode_indexer_keys(x: torch.Tensor, w: AttentionWeights, ctx: LayerContext, caches: LayerCaches,
+                         addresses: DecodeAddresses) -> None:
+    """The indexer's compressor step: its state row, and the key this token completes, if any."""
+    site = indexer_compressor_site(ctx.config)
     run_compressor(x, addresses.positions, w.indexer.compressor, site, addresses.compressor(site), ctx,
                    caches.indexer_state, caches.indexer)
+
+
+def _decode_indexer_select(
+    indexer_q: torch.Tensor, indexer_w: torch.Tensor, ctx: LayerContext, caches: LayerCaches,
+    addresses: DecodeAddresses,
+) -> torch.Tensor:
+    """Scores over the capacity's candidates (key slot −1 past each row's visible count: such a key
+    reads as zeros, never as another sequence's or stale bytes), then the tie-broken top-k among
+    the first visible[b] → entry ids [B, index_topk], −1 padded."""
+    cfg, kernels = ctx.config, ctx.kernels
+    site = indexer_compressor_site(cfg)
     num_candidates = addresses.geometry.indexer_candidates
     _, key_slots = addresses.candidates(Pool.INDEXER, site.spec.ratio, num_candidates)  # [B, N]
     visible = addresses.visible(site.spec.ratio)

@@ -8,8 +8,9 @@ writes only what is read after its join, so it can run beside the main path inst
 - attention block (`decode_attention.decode_attention_heads`):
   - lane KV: wkv, then the window-KV insert, then the layer's compressor step (CSA/HCA); reads
     the block input, writes the window, compressor-state and compressed caches;
-  - lane INDEXER (CSA): the indexer's q and head weights, its compressor, the scores and the
-    top-k, then the selected entries' slots; reads the block input and the normed q_lora;
+  - lane INDEXER (CSA), forked twice: first the indexer's compressor and head weights (they
+    read the block input only, so they start with the block), then, once the normed q_lora
+    exists, the indexer's q, the scores, the top-k and the selected entries' slots;
   - main: wq_a, q_norm, wq_b, the per-head q RMS + RoPE;
   - the sparse attention, which reads what the lanes wrote, comes after both joins;
 - MoE block (`moe.moe_forward_parts`): lane SHARED: the shared expert; main: the router and the
