@@ -22,7 +22,7 @@ from mxserve import LLM
 from mxserve.kernels import side_streams
 from mxserve.model.decode_branches import BRANCHES_ENV
 from tests.engine.test_cuda_graphs import _greedy
-from tests.model.test_decode_glue_gpu import _caches
+from tests.model.test_decode_glue_gpu import _caches, random_decode_step
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -31,21 +31,9 @@ PROMPTS = [[0, *range(7, 7 + n)] for n in (3, 17, 40, 9, 66)]
 
 
 def test_gpu_branched_decode_step_is_bit_identical(monkeypatch):
-    from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry, build_decode_batch
-
     llm = LLM(device="cuda", max_model_len=512, progress=False, kernel_overrides=ALL_TRITON)
     model = llm.engine.model
-    state = model.new_cache_state(max_sequences=3, max_positions=512, block_size=64, device="cuda")
-    geometry = DecodeGeometry.for_positions(model.config, state.block_size, 512)
-    host = build_decode_batch([5, 6, 7], ["a", "b", "c"], [3, 127, 383], state, geometry, num_rows=4)
-    static = DecodeBatch.empty(4, geometry, device="cuda")
-    static.copy_(host)
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    for caches in _caches(state).values():  # arbitrary bytes in every cache (the step reads them back)
-        if caches.dtype == torch.uint8:
-            caches.copy_(torch.randint(0, 256, caches.shape, generator=gen, device="cuda", dtype=torch.uint8) & 0x3F)
-        else:
-            caches.copy_(torch.randn(caches.shape, generator=gen, device="cuda").to(caches.dtype))
+    static, state, geometry = random_decode_step(model)
     state_on, state_off = copy.deepcopy(state), copy.deepcopy(state)
 
     monkeypatch.setenv(BRANCHES_ENV, "1")

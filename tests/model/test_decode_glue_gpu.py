@@ -31,25 +31,33 @@ def _caches(state) -> dict[str, torch.Tensor]:
             for name in ("window", "compressed", "indexer", "state", "indexer_state") if getattr(layer, name) is not None}
 
 
-def test_gpu_decode_step_fusions_are_bit_identical(monkeypatch):
-    from mxserve import LLM
+def random_decode_step(model):
+    """(static batch, cache state, geometry) of one decode step of 3 rows + 1 padding row at positions
+    that complete a CSA entry (3, 127: ratio 4) and an HCA entry (127, 383: ratio 128), every cache
+    filled with arbitrary bytes (the step reads them back)."""
     from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry, build_decode_batch
 
-    llm = LLM(device="cuda", max_model_len=512, progress=False, kernel_overrides=ALL_TRITON)
-    model = llm.engine.model
-    assert model.kernels.label("hc_post") == "triton"
     state = model.new_cache_state(max_sequences=3, max_positions=512, block_size=64, device="cuda")
     geometry = DecodeGeometry.for_positions(model.config, state.block_size, 512)
-    # positions that complete a CSA entry (3, 127: ratio 4) and an HCA entry (127, 383: ratio 128)
     host = build_decode_batch([5, 6, 7], ["a", "b", "c"], [3, 127, 383], state, geometry, num_rows=4)
     static = DecodeBatch.empty(4, geometry, device="cuda")
     static.copy_(host)
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for caches in _caches(state).values():  # arbitrary bytes in every cache (the step reads them back)
+    for caches in _caches(state).values():
         if caches.dtype == torch.uint8:
             caches.copy_(torch.randint(0, 256, caches.shape, generator=gen, device="cuda", dtype=torch.uint8) & 0x3F)
         else:
             caches.copy_(torch.randn(caches.shape, generator=gen, device="cuda").to(caches.dtype))
+    return static, state, geometry
+
+
+def test_gpu_decode_step_fusions_are_bit_identical(monkeypatch):
+    from mxserve import LLM
+
+    llm = LLM(device="cuda", max_model_len=512, progress=False, kernel_overrides=ALL_TRITON)
+    model = llm.engine.model
+    assert model.kernels.label("hc_post") == "triton"
+    static, state, geometry = random_decode_step(model)
     state_fused, state_plain = copy.deepcopy(state), copy.deepcopy(state)
 
     fused = model.decode_forward(static, state_fused, geometry)
