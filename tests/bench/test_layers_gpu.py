@@ -4,6 +4,7 @@ Tiny shapes (tiny-all), so it runs in seconds; the full-size run is the command 
 docs/benchmarks.md. With every Triton backend forced, each decode scenario either reports a
 graph replay time (and the projection then uses it and says so) or says exactly why no graph
 was captured (the engine's sync probe or capture reason) — never an eager number as `graph_s`.
+On CUDA the op split is device kernel time (torch.profiler), and the projection line says so.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from mxserve.bench.layers.kernels import parse_kernels_option
+from mxserve.bench.layers.op_split import OP_SPLIT_DEVICE
 from mxserve.bench.layers.run import LayersBenchOptions, run_layers_bench
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -35,6 +37,9 @@ def test_layers_bench_times_graph_replay_or_says_why(tmp_path, kernels, monkeypa
     assert len(decodes) == 2
     for row in decodes:
         assert "error" not in row, row["error"]
+        assert row["op_split"] == OP_SPLIT_DEVICE, row["op_split_notes"]  # a fallback says why
+        assert row["num_kernels"] > 0 and all(layer["kernel_s"] > 0 for layer in row["layers"])
+        assert sum(layer["kernel_s"] for layer in row["layers"]) + row["head"]["kernel_s"] <= row["kernel_s"] * (1 + 1e-9)
         if row["graph_median_s"] is None:
             assert row["graph_status"].startswith("not captured: ") and len(row["graph_status"]) > 20, row
         else:
@@ -49,4 +54,6 @@ def test_layers_bench_times_graph_replay_or_says_why(tmp_path, kernels, monkeypa
         assert projection["is_marginal"] and all(v > 0 for v in b1["graph_marginal_s"].values())
     printed = "\n".join(lines)
     assert "graph ms" in printed and b1["graph_status"] in printed
+    assert projection["op_split"] == OP_SPLIT_DEVICE and projection["kernel_ops_s"]
+    assert "% of the projected kernel time, layers + head); worst layer" in printed
     print(printed)  # the evidence, for -s runs

@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from mxserve.bench.layers.op_split import OP_SPLIT_WALL
+
 pytest.importorskip("httpx")
 
 
@@ -62,6 +64,7 @@ def test_bench_layers_smoke(tmp_path):
     assert result["meta"]["kernels"]["linear"] == "reference" and result["meta"]["linear_backend"] == "reference-resident"
     for row in result["scenarios"]:
         assert "error" not in row, row.get("error")
+        assert row["op_split"] == OP_SPLIT_WALL and row["kernel_s"] is None  # the CPU's op split: host timers
         assert row["eager_s"] == row["step_median_s"] and row["graph_s"] is None  # no CUDA graphs on the CPU, said:
         assert row["graph_status"] in ("not captured: device is cpu (CUDA graphs need a CUDA device)",
                                        "prefill: the engine runs it eager")
@@ -76,3 +79,5 @@ def test_bench_layers_smoke(tmp_path):
     assert projection["tok_s"] == pytest.approx(1 / projection["step_s"])
     assert projection["bottleneck_op"] in projection["ops_s"] and "PROJECTION ctx 70 [eager]" in proc.stdout
     assert not projection["is_graph"] and projection["timing"].startswith("eager (no graph: not captured: device is cpu")
+    assert result["meta"]["op_split_mode"] == "wall" and projection["op_split"] == OP_SPLIT_WALL
+    assert "% of the step); worst layer" in proc.stdout and f"op split: {OP_SPLIT_WALL}" in proc.stdout

@@ -6,7 +6,10 @@ The model is built by the engine's own function with the engine's kernel overrid
 every (batch, context) pair. Each scenario is timed as whole eager steps (`model.forward`, the
 device synchronized around each; median of `reps` after `warmup`); decode scenarios are also
 timed as the engine's CUDA-graph replay when the engine would replay one (`bench/layers/graphs.py`;
-otherwise the reason is reported), then profiled once (eager) for the per-layer, per-op split.
+otherwise the reason is reported), then profiled once (eager) for the per-layer, per-op split: by
+device kernel time (`torch.profiler`) on CUDA, by synchronizing host timers on the CPU or when
+asked (`op_split`; `bench/layers/op_split.py` says why the two differ); every row and projection
+names its basis.
 Each layer's time is set against its bandwidth floor (bytes it must read / `bandwidth_tb_s`) and,
 for prefill, its compute floor (FLOPs / `peak_tflops`).
 
@@ -16,9 +19,11 @@ full config the marginal replayed cost of one more layer of its kind (the step r
 kind's first layer appended once more, minus the step: `graphs.time_graph_marginals`); tok/s =
 1 / that. Without marginals it falls back to the replayed step split across layers in the eager
 profile's proportions (which over-weights launch-heavy layers: the eager step is host-bound), or
-the eager step; the projection says which. A kind that was not built (K smaller than the number of kinds) borrows a measured
-kind's time, labelled as such. Failures of one scenario (e.g. out of memory) are recorded and the
-others still run.
+the eager step; the projection says which. The op it says holds the step back is the largest
+share of the projected kernel time (layers + head) on the device basis, of the step on the wall
+one, and the line says which. A kind that was not built (K smaller than the number of kinds)
+borrows a measured kind's time, labelled as such. Failures of one scenario (e.g. out of memory)
+are recorded and the others still run.
 """
 
 from __future__ import annotations
@@ -48,8 +53,15 @@ from mxserve.bench.layers.build import (
 from mxserve.bench.layers.cache import build_cache_state
 from mxserve.bench.layers.graphs import time_graph_decode, time_graph_marginals
 from mxserve.bench.layers.kernels import EngineKernels, build_bench_model, kernel_labels
+from mxserve.bench.layers.op_split import (
+    OP_SPLIT_DEVICE,
+    OP_SPLIT_MODES,
+    OP_SPLIT_WALL,
+    OpSplit,
+    resolve_op_split,
+)
 from mxserve.bench.layers.roofline import cache_read_bytes, layer_weight_bytes, routed_bytes, step_flops
-from mxserve.bench.layers.timing import OpProfiler, median, synchronize, time_steps, weight_owners
+from mxserve.bench.layers.timing import OpProfiler, median, time_steps, weight_owners
 from mxserve.config import AttentionKind, ModelConfig
 from mxserve.engine.llm_engine import resolve_device
 from mxserve.model.deepseek_v4 import DeepseekV4Model
@@ -80,6 +92,7 @@ class LayersBenchOptions:
     kernel_overrides: dict[str, str] = field(default_factory=dict)  # resolved (bench/layers/kernels.py)
     kernel_source: str = "engine defaults"  # where kernel_overrides came from, in words
     max_model_len: int = 0  # the engine's max_model_len (choosers, decode-graph geometry); 0 = the longest step
+    op_split: str = "auto"  # basis of the per-op split: auto (device on CUDA, else wall), device, wall (op_split.py)
 
     @property
     def resolved_max_model_len(self) -> int:
@@ -95,6 +108,8 @@ class LayersBenchOptions:
         if any(b <= 0 for b in self.decode_batches) or any(c < 0 for c in self.contexts):
             raise ValueError(f"bench layers: batches must be positive and contexts >= 0, got "
                              f"{list(self.decode_batches)} / {list(self.contexts)}")
+        if self.op_split not in OP_SPLIT_MODES:
+            raise ValueError(f"bench layers: op_split={self.op_split!r} is not one of {list(OP_SPLIT_MODES)}")
         if self.bandwidth_tb_s <= 0 or self.peak_tflops <= 0:
             raise ValueError("bench layers: bandwidth and peak FLOP rate must be positive")
         longest = max(self.prefill_tokens, max(self.contexts, default=0) + 1)
@@ -124,6 +139,7 @@ def scenarios(opts: LayersBenchOptions) -> list[Scenario]:
 
 def run_layers_bench(opts: LayersBenchOptions, out_json: Path, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
     device = resolve_device(opts.device)
+    split_mode = resolve_op_split(opts.op_split, device)  # before the weights: a bad pairing fails fast
     full = get_config(opts.config)
     kinds = layer_plan(full, opts.num_layers)
     config = bench_config(full, kinds)
@@ -144,7 +160,8 @@ def run_layers_bench(opts: LayersBenchOptions, out_json: Path, *, echo: Callable
         "meta": _meta(opts, device, config, kinds, build_s, engine, labels, model.policy.kv_cache_dtype.value),
         "scenarios": [],
     }
-    profiler = OpProfiler(weight_owners(model), device)
+    result["meta"]["op_split_mode"] = split_mode
+    profiler = OpProfiler(weight_owners(model), device, mode=split_mode)
     started = time.perf_counter()
     for scenario in scenarios(opts):
         if time.perf_counter() - started > opts.time_budget_s:
@@ -160,6 +177,8 @@ def run_layers_bench(opts: LayersBenchOptions, out_json: Path, *, echo: Callable
             echo(f"{scenario.name}: FAILED {row['error']}")
         else:
             echo(_scenario_line(row))
+            for note in row["op_split_notes"]:
+                echo(f"  note: {note}")
         row["wall_s"] = time.perf_counter() - scenario_start  # cache fill, compiles, capture, reps, profile
         result["scenarios"].append(row)
         gc.collect()
@@ -210,17 +229,15 @@ def _run_scenario(scenario: Scenario, opts: LayersBenchOptions, model: DeepseekV
 
     plain_kernels = model.kernels
     model.set_kernels(profiler.kernels(plain_kernels))
-    profiler.reset()
     try:
-        synchronize(device)
-        profiled_start = time.perf_counter()
-        step()
-        synchronize(device)
-        profiled_end = time.perf_counter()
+        split = profiler.profile_step(step)
     finally:
         model.set_kernels(plain_kernels)
-    spans, ops = profiler.breakdown(profiled_end)
-    scale = total_s / (profiled_end - profiled_start)  # profiled spans → plain-step seconds
+    spans, ops = split.spans_s, split.ops_s
+    # Layer times: the plain eager step shared out as the split's basis shares it (wall: the
+    # profiled spans, slowed by the per-op syncs; device: kernel seconds). Op seconds stay as measured.
+    scale = total_s / split.total_s
+    kernel_s = split.basis == OP_SPLIT_DEVICE
 
     kv_entry = state.layers[0].window.bytes_per_entry
     indexer_entry = next((c.indexer.bytes_per_entry for c in state.layers if c.indexer is not None), 0)
@@ -236,23 +253,36 @@ def _run_scenario(scenario: Scenario, opts: LayersBenchOptions, model: DeepseekV
                            new_tokens=scenario.new_tokens)
         layers.append(_floors(owner, kind.value, spans.get(owner, 0.0) * scale, ops.get(owner, {}),
                               dense + routed + cache, flops, opts, {"weights": dense, "routed_experts": routed,
-                                                                    "cache": cache}))
+                                                                    "cache": cache},
+                              kernel_s=spans.get(owner, 0.0) if kernel_s else None))
     rows = scenario.num_seqs  # logits rows: the last token of every sequence
     head_bytes = sum(weight_bytes(w) for name, w in weights.items() if not name.startswith(("layers.", "embed.")))
     head_flops = 2.0 * rows * config.vocab_size * config.hidden_size
     head = _floors("head", "head", spans.get("head", 0.0) * scale, ops.get("head", {}), head_bytes, head_flops, opts,
-                   {"weights": head_bytes})
+                   {"weights": head_bytes}, kernel_s=spans.get("head", 0.0) if kernel_s else None)
     return {"scenario": asdict(scenario), "first_step_s": first_s, "step_s": times, "step_median_s": total_s,
-            "eager_s": total_s, **graph,
-            "preamble_s": (min(s for _, _, s, _ in profiler.records) - profiled_start) * scale if profiler.records else 0.0,
+            "eager_s": total_s, **graph, "preamble_s": split.preamble_s * scale, **_split_fields(split),
             "layers": layers, "head": head}
 
 
+def _split_fields(split: OpSplit) -> dict[str, Any]:
+    """A scenario row's record of how its op split was measured (keys beside the older ones)."""
+    device = split.basis == OP_SPLIT_DEVICE
+    return {"op_split": split.basis, "op_split_notes": list(split.notes),
+            "kernel_s": split.total_s if device else None,  # device kernel seconds placed in the split
+            "unattributed_kernel_s": split.unattributed_s if device else None,
+            "preamble_kernel_s": split.preamble_s if device else None,
+            "num_kernels": split.num_kernels if device else None}
+
+
 def _floors(owner: str, kind: str, time_s: float, ops: dict[str, float], nbytes: int, flops: float,
-            opts: LayersBenchOptions, bytes_split: dict[str, int]) -> dict[str, Any]:
+            opts: LayersBenchOptions, bytes_split: dict[str, int], *, kernel_s: float | None) -> dict[str, Any]:
+    """`time_s`: the owner's share of the eager step; `ops`: its op split (the row's `op_split`
+    basis); `kernel_s`: its device kernel seconds on the device basis, else None."""
     bw_floor = nbytes / (opts.bandwidth_tb_s * 1e12)
     flop_floor = flops / (opts.peak_tflops * 1e12)
-    return {"owner": owner, "kind": kind, "time_s": time_s, "bytes": nbytes, "bytes_split": bytes_split,
+    return {"owner": owner, "kind": kind, "time_s": time_s, "kernel_s": kernel_s, "bytes": nbytes,
+            "bytes_split": bytes_split,
             "bandwidth_floor_s": bw_floor, "ratio_to_bandwidth_floor": time_s / bw_floor if bw_floor else None,
             "achieved_tb_s": nbytes / time_s / 1e12 if time_s else None, "flops": flops,
             "compute_floor_s": flop_floor, "ops_s": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
@@ -265,7 +295,11 @@ def project(rows: list[dict[str, Any]], full: ModelConfig, opts: LayersBenchOpti
     Timing, best first: (1) the replayed step plus, for every layer the full model has beyond the
     built ones, the marginal graph cost of one more layer of its kind (`time_graph_marginals`);
     (2) the replayed step split across layers in the eager profile's proportions; (3) the eager
-    step. `timing` says which. Op shares inside a layer always come from the eager profile."""
+    step. `timing` says which. Op shares inside a layer always come from the eager profile, on its
+    `op_split` basis. On the device basis, `bottleneck_op` is the op with the most projected kernel
+    time (each measured layer's kernel seconds × the count of its kind, + the head's:
+    `kernel_ops_s`); on the wall basis, the op with the largest share of the projected step
+    (`ops_s`). `bottleneck_basis` says which, in the words the printed line uses."""
     return [_project_row(row, full) for row in rows if "error" not in row
             and row["scenario"]["phase"] == "decode" and row["scenario"]["num_seqs"] == 1]
 
@@ -273,6 +307,7 @@ def project(rows: list[dict[str, Any]], full: ModelConfig, opts: LayersBenchOpti
 def _project_row(row: dict[str, Any], full: ModelConfig) -> dict[str, Any]:
     """One batch-1 decode scenario's projection (see `project`)."""
     scen = row["scenario"]
+    basis = row.get("op_split", OP_SPLIT_WALL)  # result files from before the device basis are wall
     by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for layer in row["layers"]:
         by_kind[layer["kind"]].append(layer)
@@ -303,9 +338,13 @@ def _project_row(row: dict[str, Any], full: ModelConfig) -> dict[str, Any]:
         ops_s["head and once-per-step work"] += once
     else:
         total_s = (row["head"]["time_s"] + row["preamble_s"]) * scale
+        head_ops = sum(row["head"]["ops_s"].values())
         for op, seconds in row["head"]["ops_s"].items():
+            if basis == OP_SPLIT_DEVICE and head_ops:  # kernel seconds: share out the head's step time as the layers do
+                seconds = row["head"]["time_s"] * seconds / head_ops
             ops_s[f"head {op}"] += seconds * scale
     floor_s = row["head"]["bandwidth_floor_s"]
+    stand_ins: list[tuple[int, dict[str, Any]]] = []  # (count of a kind in the full model, its measured layer)
     for kind, count in kinds_by_frequency(full):
         layer = measured.get(kind.value)
         if layer is None:  # not built: borrow the cheapest related measured kind, say so
@@ -313,21 +352,35 @@ def _project_row(row: dict[str, Any], full: ModelConfig) -> dict[str, Any]:
             layer = measured[stand_in]
             notes.append(f"{count} {kind.value} layers not built: timed as {stand_in} layers "
                          f"({'an upper bound' if kind is AttentionKind.SLIDING else 'an estimate'})")
+        stand_ins.append((count, layer))
         extra = count - (len(by_kind[kind.value]) if use_marginal else 0)  # the built ones are in the step
         total_s += extra * layer_time(layer)
         floor_s += count * layer["bandwidth_floor_s"]
         layer_ops = sum(layer["ops_s"].values()) or 1.0
         for op, seconds in layer["ops_s"].items():
             ops_s[op] += count * layer_time(layer) * seconds / layer_ops
-    bottleneck = max(ops_s, key=ops_s.get)
+    notes.extend(row.get("op_split_notes", []))
+    kernel_ops_s: dict[str, float] = defaultdict(float)
+    if basis == OP_SPLIT_DEVICE:
+        for count, layer in stand_ins:
+            for op, seconds in layer["ops_s"].items():
+                kernel_ops_s[op] += count * seconds
+        for op, seconds in row["head"]["ops_s"].items():
+            kernel_ops_s[f"head {op}"] += seconds
+    shares = kernel_ops_s if sum(kernel_ops_s.values()) > 0 else ops_s
+    bottleneck = max(shares, key=shares.get)
+    bottleneck_basis = "of the projected kernel time, layers + head" if shares is kernel_ops_s else "of the step"
     ratios = [layer_time(layer) / layer["bandwidth_floor_s"] for layer in row["layers"]]
     return {
         "label": "PROJECTION (not a measurement): full model, one stream, one GPU's bandwidth",
         "timing": timing, "is_graph": row.get("graph_median_s") is not None, "is_marginal": use_marginal,
         "context_len": scen["context_len"], "step_s": total_s, "tok_s": 1.0 / total_s,
         "bandwidth_floor_step_s": floor_s, "bandwidth_floor_tok_s": 1.0 / floor_s,
-        "bottleneck_op": bottleneck, "bottleneck_share": ops_s[bottleneck] / sum(ops_s.values()),
-        "ops_s": dict(sorted(ops_s.items(), key=lambda kv: -kv[1])), "notes": notes,
+        "bottleneck_op": bottleneck, "bottleneck_share": shares[bottleneck] / sum(shares.values()),
+        "bottleneck_basis": bottleneck_basis, "op_split": basis,
+        "ops_s": dict(sorted(ops_s.items(), key=lambda kv: -kv[1])),
+        "kernel_ops_s": dict(sorted(kernel_ops_s.items(), key=lambda kv: -kv[1])) if kernel_ops_s else None,
+        "notes": notes,
         "layer_seconds": {layer["owner"]: layer_time(layer) for layer in row["layers"]},
         "layer_ratio_max": max(ratios), "hash_routing_note": "hash-routed layers timed as learned-routing ones",
         "target_layer_ratio": TARGET_RATIO, "layer_ratio_met": max(ratios) <= TARGET_RATIO,
@@ -342,10 +395,12 @@ def projection_lines(projection: list[dict[str, Any]]) -> list[str]:
             f"PROJECTION ctx {p['context_len']} [{_projection_kind(p)}]: full-model single-stream "
             f"decode {p['tok_s']:.3g} tok/s "
             f"({p['step_s'] * 1e3:.1f} ms/token; bandwidth floor {p['bandwidth_floor_tok_s']:.0f} tok/s); "
-            f"held back by {p['bottleneck_op']} ({100 * p['bottleneck_share']:.0f}% of the step); worst layer "
+            f"held back by {p['bottleneck_op']} ({100 * p['bottleneck_share']:.0f}% "
+            f"{p.get('bottleneck_basis', 'of the step')}); worst layer "
             f"{p['layer_ratio_max']:.1f}x its floor (target {TARGET_RATIO}x: {'met' if p['layer_ratio_met'] else 'missed'}; "
             f"{TARGET_TOK_S:.0f} tok/s: {'met' if p['tok_s_met'] else 'missed'})")
         lines.append(f"  timing: {p['timing']}")
+        lines.append(f"  op split: {p.get('op_split', OP_SPLIT_WALL)}")
         lines.extend(f"  note: {n}" for n in p["notes"])
     return lines
 
@@ -361,14 +416,17 @@ def _graph_words(row: dict[str, Any]) -> str:
 
 
 def _scenario_line(row: dict[str, Any]) -> str:
-    parts = [f"{row['scenario']['name']}: eager step {row['eager_s'] * 1e3:.1f} ms, {_graph_words(row)}"]
+    parts = [f"{row['scenario']['name']}: eager step {row['eager_s'] * 1e3:.1f} ms, {_graph_words(row)}, "
+             f"ops by {row.get('op_split', OP_SPLIT_WALL)}"]
     marginal = row.get("graph_marginal_s") or {}
     for layer in [*row["layers"], row["head"]]:
         replayed = marginal.get(layer["kind"]) if layer["owner"] != "head" else None
         parts.append(f"{layer['owner']} ({layer['kind']}) eager {layer['time_s'] * 1e3:.2f} ms = "
                      f"{layer['ratio_to_bandwidth_floor']:.1f}x bw floor {layer['bandwidth_floor_s'] * 1e6:.0f} us"
                      + (f", replayed marginal {replayed * 1e6:.0f} us = {replayed / layer['bandwidth_floor_s']:.1f}x"
-                        if replayed is not None else "") + f", top op {layer['top_op']}")
+                        if replayed is not None else "")
+                     + (f", kernels {layer['kernel_s'] * 1e6:.0f} us" if layer.get("kernel_s") is not None else "")
+                     + f", top op {layer['top_op']}")
     return "; ".join(parts)
 
 

@@ -2,13 +2,19 @@
 
 `time_steps` times whole forwards: the device is synchronized before and after each one, so a
 step's time includes everything it launches and every host round trip it makes (what a user
-waits for). `OpProfiler` wraps every op slot of a `KernelSet` in a timer that synchronizes
-before and after the call; it attributes each call to a layer through the identity of the
-weights passed to it (ops without weights go to the layer of the previous call) and to the
-head. A layer's time runs from its first op to the next layer's first op, so the norms, RoPE,
-mHC mixing, cache writes and slot math between ops land in that layer's "other" row. The
-profiled step is slower than a plain one (one synchronization per op), so the report scales
-layer times to the plain step's total and keeps op times as measured.
+waits for). `OpProfiler` wraps every op slot of a `KernelSet`; it attributes each call to a layer
+through the identity of the weights passed to it (ops without weights go to the layer of the
+previous call) and to the head. A layer's span runs from its first op to the next layer's first
+op, so the norms, RoPE, mHC mixing, cache writes and slot math between ops land in that layer's
+"other" row. What the op seconds measure is the split's basis (`op_split.py`):
+
+* wall: each call is timed on the host with the device synchronized before and after it; the
+  profiled step is slower than a plain one (one synchronization per op), so the report scales
+  layer times to the plain step's total and keeps op times as measured. On a GPU at small batch
+  this measures launch overhead and sync latency more than the op.
+* device (CUDA): each call runs inside a labelled `torch.profiler` range and gets the device time
+  of the kernels it launched; "other" is the kernels launched in the layer's span outside any op
+  (`device_ops.py`). If the profile holds no kernels, the split falls back to wall and says so.
 """
 
 from __future__ import annotations
@@ -22,6 +28,14 @@ from typing import Any
 
 import torch
 
+from mxserve.bench.layers.device_ops import (
+    PREAMBLE,
+    DeviceSplitError,
+    OwnerSpans,
+    op_range,
+    profile_device_split,
+)
+from mxserve.bench.layers.op_split import OP_SPLIT_WALL, OP_SPLIT_WORDS, OpSplit
 from mxserve.kernels.linear import Weight
 from mxserve.model.kernel_set import KernelSet
 
@@ -79,48 +93,99 @@ _PER_WEIGHT_OPS = ("linear", "grouped_linear", "expert_ffn")
 
 
 class OpProfiler:
-    """`profiler.kernels(base)` → a KernelSet whose every op is timed; `records` collects calls."""
+    """`profiler.kernels(base)` → a KernelSet whose every op is profiled; `profile_step(step)` runs one
+    step through it and returns its `OpSplit`. `mode` is "wall" or "device" (`op_split.resolve_op_split`)."""
 
-    def __init__(self, owners: dict[int, tuple[str, str]], device: torch.device) -> None:
+    def __init__(self, owners: dict[int, tuple[str, str]], device: torch.device, mode: str = "wall") -> None:
+        if mode not in OP_SPLIT_WORDS:
+            raise ValueError(f"OpProfiler: mode={mode!r} is not one of {list(OP_SPLIT_WORDS)}")
         self.owners = owners
         self.device = device
-        self.records: list[tuple[str, str, float, float]] = []  # (owner, op, start_s, end_s)
+        self.mode = mode
+        # (owner, op, start_s, end_s) per call, host clock; synchronized only in wall timing
+        self.records: list[tuple[str, str, float, float]] = []
         self.routed_expert_ids: dict[str, list[torch.Tensor]] = defaultdict(list)  # owner → ids per route call
-        self._owner = "preamble"
+        self._owner = PREAMBLE
+        self._timing = mode  # how the wrappers time the current step (a device fallback runs wall)
+        self._spans = OwnerSpans()
 
     def reset(self) -> None:
         self.records.clear()
         self.routed_expert_ids.clear()
-        self._owner = "preamble"
+        self._owner = PREAMBLE
+        self._spans.close()
 
     def kernels(self, base: KernelSet) -> KernelSet:
         wrapped = {f.name: self._wrap(f.name, getattr(base, f.name)) for f in dataclasses.fields(base)
                    if f.name != "labels" and callable(getattr(base, f.name))}
         return dataclasses.replace(base, **wrapped)
 
+    def profile_step(self, step: Callable[[], Any]) -> OpSplit:
+        """Run `step` once (its model must call the ops of `self.kernels(...)`) and split it. Device
+        mode that finds no kernels to split runs the step again with wall timers and says so in
+        `notes`: the split is then labelled wall, never zeros passed off as kernel time."""
+        self.reset()
+        if self.mode == "wall":
+            return self._profile_wall(step)
+        self._timing = "device"
+        try:
+            return profile_device_split(step, self._spans, self.device)
+        except DeviceSplitError as exc:
+            reason = str(exc)
+        self.reset()
+        self._timing = "wall"
+        try:
+            split = self._profile_wall(step)
+        finally:
+            self._timing = self.mode
+        return dataclasses.replace(split, notes=(f"no device kernel time to split ({reason}); this split is "
+                                                 f"{OP_SPLIT_WALL}", *split.notes))
+
+    def _profile_wall(self, step: Callable[[], Any]) -> OpSplit:
+        synchronize(self.device)
+        start = time.perf_counter()
+        step()
+        synchronize(self.device)
+        end = time.perf_counter()
+        spans, ops = self.breakdown(end)
+        preamble = min(s for _, _, s, _ in self.records) - start if self.records else 0.0
+        return OpSplit(basis=OP_SPLIT_WALL, spans_s=spans, ops_s=ops, total_s=end - start, preamble_s=preamble)
+
+    def _owner_and_label(self, op: str, args: tuple, kwargs: dict) -> tuple[str, str]:
+        label = op
+        for value in (*args, *kwargs.values()):
+            found = self.owners.get(id(value))
+            if found is not None:
+                self._owner = found[0]
+                if op in _PER_WEIGHT_OPS:  # "linear wq_b": which projection, not just "a linear"
+                    label = f"{op} {found[1]}"
+                break
+        return self._owner, label
+
     def _wrap(self, op: str, fn: Callable) -> Callable:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            label = op
-            for value in (*args, *kwargs.values()):
-                found = self.owners.get(id(value))
-                if found is not None:
-                    self._owner = found[0]
-                    if op in _PER_WEIGHT_OPS:  # "linear wq_b": which projection, not just "a linear"
-                        label = f"{op} {found[1]}"
-                    break
-            synchronize(self.device)
-            start = time.perf_counter()
-            out = fn(*args, **kwargs)
-            synchronize(self.device)
-            self.records.append((self._owner, label, start, time.perf_counter()))
+        def profiled(*args: Any, **kwargs: Any) -> Any:
+            owner, label = self._owner_and_label(op, args, kwargs)
+            if self._timing == "device":  # no synchronization: the profiler times the kernels themselves
+                self._spans.enter(owner)
+                start = time.perf_counter()
+                with op_range(owner, label):
+                    out = fn(*args, **kwargs)
+                end = time.perf_counter()
+            else:
+                synchronize(self.device)
+                start = time.perf_counter()
+                out = fn(*args, **kwargs)
+                synchronize(self.device)
+                end = time.perf_counter()
+            self.records.append((owner, label, start, end))
             if op == "route" and isinstance(out, tuple) and len(out) == 2:
-                self.routed_expert_ids[self._owner].append(out[1].detach())
+                self.routed_expert_ids[owner].append(out[1].detach())
             return out
 
-        return timed
+        return profiled
 
     def breakdown(self, step_end_s: float) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-        """(owner → span seconds, owner → op → seconds, with "other" = span − ops)."""
+        """Wall timing: (owner → span seconds, owner → op → seconds, with "other" = span − ops)."""
         spans: dict[str, float] = {}
         ops: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         starts: dict[str, float] = {}
