@@ -15,6 +15,7 @@ source benchmarks/gpu_s5_env.sh
 stamp "A: gates"
 timeout -s INT 210 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_side_streams.py \
     tests/model/test_decode_branches_gpu.py "tests/kernels/hyper_connection/test_hc_gpu.py::test_side_stream_gives_the_same_bits_eager_and_in_a_graph" \
+    tests/bench/test_device_ops.py \
     > "$R/gates.log" 2>&1
 echo "gates exit $?"; grep -E "passed|failed|Error|assert" "$R/gates.log" | tail -n 8 | cut -c1-300
 stamp "B: default model, branches A/B"
