@@ -12,14 +12,14 @@
 #   run(command="bash benchmarks/gpu_s15_call1.sh")
 source benchmarks/gpu_s5_env.sh
 stamp "A: gates"
-timeout -s INT 110 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_side_streams.py \
+timeout -s INT 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_side_streams.py \
     tests/model/test_decode_branches_gpu.py::test_gpu_branched_decode_step_is_bit_identical > "$R/gates.log" 2>&1
 echo "gates exit $?"; grep -E "passed|failed|Error|assert" "$R/gates.log" | tail -n 8 | cut -c1-300
 stamp "B: default model, branches A/B"
-(cd benchmarks && timeout -s INT 90 python3 branches_ab.py --what default --batches 1,64 --rounds 2 \
+(cd benchmarks && timeout -s INT 80 python3 branches_ab.py --what default --batches 1,64 --rounds 2 \
     --out "$R/ab_default.json" > "$R/ab_default.log" 2>&1; echo "exit $?"; grep -E "device ms" "$R/ab_default.log")
 stamp "C: Flash 2 layers + head, branches A/B"
-(cd benchmarks && timeout -s INT 120 python3 branches_ab.py --what flash --batches 1 --rounds 1 \
+(cd benchmarks && timeout -s INT 90 python3 branches_ab.py --what flash --batches 1 --rounds 1 \
     --out "$R/ab_flash.json" > "$R/ab_flash.log" 2>&1; echo "exit $?"; grep -E "device ms" "$R/ab_flash.log")
 tail -n 3 "$R/ab_flash.log" | cut -c1-300
 stamp "call 1 done"
