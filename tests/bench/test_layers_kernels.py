@@ -67,6 +67,17 @@ def test_bad_environment_value_is_refused_too(monkeypatch):
     assert result.exit_code == 2 and f"{ENV}: attention='flash': unknown backend" in result.stderr, result.output
 
 
+@pytest.mark.parametrize(("value", "expected"), [
+    ("kernels", "op_split='kernels' is not one of ['auto', 'device', 'wall']"),
+    ("device", "op_split='device' needs a CUDA device (it splits kernel time), got cpu"),
+])
+def test_bad_op_split_is_one_error_line_with_exit_2(value, expected):
+    result = runner.invoke(app, ["bench", "layers", "--config", "tiny-all", "--device", "cpu", "--op-split", value])
+    assert result.exit_code == 2, result.output
+    err = result.stderr.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and expected in err, err
+
+
 def test_max_model_len_below_the_longest_step_is_refused():
     result = runner.invoke(app, ["bench", "layers", "--config", "tiny-all", "--device", "cpu", "--contexts", "100",
                                  "--prefill-tokens", "0", "--max-model-len", "64"])

@@ -102,10 +102,17 @@ def layers_bench(
     max_model_len: Annotated[int, typer.Option(
         "--max-model-len", help="The engine's max_model_len: sizes the attention chooser and the CUDA-graph decode "
         "geometry (candidate sets grow with it). 0 = the longest step (largest context + 1, or the prefill).")] = 0,
+    op_split: Annotated[str, typer.Option(
+        "--op-split", help="Basis of the per-layer, per-op split: device (kernel time from torch.profiler; CUDA "
+        "only), wall (host time between synchronizing timers: on a GPU mostly launch overhead), auto (device on "
+        "CUDA, else wall).")] = "auto",
     out: Annotated[Path, typer.Option("--out", help="JSON results.")] = Path("layers.json"),
 ) -> None:
     """Full-size layers with random release-format weights: step times vs their floors, and a decode projection."""
+    import torch
+
     from mxserve.bench.layers.kernels import parse_kernels_option
+    from mxserve.bench.layers.op_split import resolve_op_split
     from mxserve.bench.layers.run import LayersBenchOptions, run_layers_bench
     from mxserve.bench.serve.run import parse_int_list
 
@@ -116,7 +123,8 @@ def layers_bench(
                                   contexts=parse_int_list(contexts, "--contexts"), reps=reps, warmup=warmup,
                                   numerics=numerics, bandwidth_tb_s=bandwidth, peak_tflops=peak_tflops, seed=seed,
                                   time_budget_s=time_budget, kernel_overrides=overrides, kernel_source=source,
-                                  max_model_len=max_model_len)
+                                  max_model_len=max_model_len, op_split=op_split)
+        resolve_op_split(op_split, torch.device(device))  # "device" off CUDA: one error line, not a traceback
     except ValueError as exc:
         raise _bad(str(exc)) from None
     run_layers_bench(opts, out, echo=typer.echo)
