@@ -7,6 +7,15 @@
 #   run(command="bash benchmarks/gpu_s16_call2.sh", carry=[".whl", ".tc"])
 source benchmarks/gpu_s5_env.sh
 ALL=linear=triton,moe=triton,attention=triton,hc=triton
+stamp "0: ncu on the MoE decode at 1 and 64 tokens (issue 10: 47.5 us = ~40% of copy on ~78 MB of hit experts)"
+# prediction: gate/up and down at 1 token show DRAM throughput 40-50% with long-scoreboard stalls and <= 25%
+# achieved occupancy (few programs a SM hold the bytes in flight); at 64 tokens ~55-60%
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+(cd benchmarks && timeout 90 "$NCU" --clock-control none --profile-from-start off --section SpeedOfLight \
+    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
+    python3 ncu_moe_probe.py > "$R/ncu_moe.txt" 2>&1); echo "exit $?"
+grep -E "^  [_a-zA-Z].*\(|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Grid Size|Block Size|Warp Cycles Per Issued|Stall Long" \
+    "$R/ncu_moe.txt" | cut -c1-140 | head -n 70
 for b in 0 1; do
     stamp "A: Flash projection, MXSERVE_DECODE_BRANCHES=$b"
     MXSERVE_DECODE_BRANCHES=$b timeout -s INT 130 python3 -m mxserve.cli.main bench layers --config flash --layers 2 \
