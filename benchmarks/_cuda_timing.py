@@ -49,3 +49,14 @@ def graph_time(calls: list, replays: int = 15) -> float:
     for _ in range(3):
         graph.replay()
     return statistics.median(_timed(graph.replay) for _ in range(replays)) / len(calls)
+
+
+def profiled_once(calls: list) -> None:
+    """Each of `calls` once between cudaProfilerStart/Stop, so `ncu --profile-from-start off` sees
+    exactly those launches (the caller has warmed them up)."""
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for fn in calls:
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()

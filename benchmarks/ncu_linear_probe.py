@@ -12,6 +12,7 @@ programs, what faithful numerics run).
 from __future__ import annotations
 
 import torch
+from _cuda_timing import profiled_once
 from read_ceiling import read_launch
 
 from mxserve.formats import QuantizedWeight
@@ -36,12 +37,7 @@ def main() -> None:
     for fn in calls:
         for _ in range(3):
             fn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    for fn in calls:
-        fn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    profiled_once(calls)
     print("profiled:", len(calls), "calls")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from _cuda_timing import profiled_once
 from moe import TOP_K, D, random_layer
 
 from mxserve.kernels.moe.experts import moe_experts_triton
@@ -37,12 +38,7 @@ def main() -> None:
         for _ in range(3):
             warm()
     timed = [call(st, torch.randn(n, D, device="cuda", generator=g).bfloat16(), gate, bias) for n in args.tokens]
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    for fn in timed:
-        fn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    profiled_once(timed)
     print("profiled token counts:", args.tokens)
 
 
