@@ -12,7 +12,8 @@ times it with the engine's device-only replay loop (20 back-to-back replays, med
     PYTHONPATH=src python benchmarks/branches_ab.py --out $OUT/branches_ab.json        # GPU
 
 Prints one line per (model, batch, configuration): the device ms of each round, and whether every
-round's logits equal the first configuration's bit for bit.
+round's logits equal the first configuration's bit for bit. `--configs` picks the configurations
+(session 17 added MXSERVE_HC_FUSED: "hc fused", "branches + hc fused").
 """
 
 from __future__ import annotations
@@ -35,11 +36,15 @@ from mxserve.model.decode_branches import BRANCHES_ENV
 from mxserve.testing.tiny_configs import get_config
 
 HC_SIDE_ENV = "MXSERVE_HC_SIDE_STREAM"
+HC_FUSED_ENV = "MXSERVE_HC_FUSED"  # session 17: hc_pre + block norm in 2 launches (kernels/hyper_connection)
 CONFIGS = {  # name -> the switches it sets; the first is the baseline every other is compared with
-    "one stream": {BRANCHES_ENV: "0", HC_SIDE_ENV: "0"},
-    "branches": {BRANCHES_ENV: "1", HC_SIDE_ENV: "0"},
-    "branches + hc side": {BRANCHES_ENV: "1", HC_SIDE_ENV: "1"},
+    "one stream": {BRANCHES_ENV: "0", HC_SIDE_ENV: "0", HC_FUSED_ENV: "0"},
+    "branches": {BRANCHES_ENV: "1", HC_SIDE_ENV: "0", HC_FUSED_ENV: "0"},
+    "branches + hc side": {BRANCHES_ENV: "1", HC_SIDE_ENV: "1", HC_FUSED_ENV: "0"},
+    "hc fused": {BRANCHES_ENV: "0", HC_SIDE_ENV: "0", HC_FUSED_ENV: "1"},
+    "branches + hc fused": {BRANCHES_ENV: "1", HC_SIDE_ENV: "0", HC_FUSED_ENV: "1"},
 }
+DEFAULT_CONFIGS = "one stream,branches,branches + hc side"
 
 
 def default_model(device: torch.device, overrides: dict[str, str]):
@@ -57,19 +62,20 @@ def flash_model(device: torch.device, overrides: dict[str, str], layers: int, ma
     return model
 
 
-def measure(model, device: torch.device, batch: int, context: int, max_len: int, rounds: int) -> dict[str, Any]:
+def measure(model, device: torch.device, batch: int, context: int, max_len: int, rounds: int,
+            configs: dict[str, dict[str, str]]) -> dict[str, Any]:
     state = build_cache_state(model.config, model.policy, num_seqs=batch, context_len=context, new_tokens=1,
                               block_size=64, device=device)
     geometry = DecodeGeometry.for_positions(model.config, state.block_size, max_len)
     tokens, seqs, positions = [(7 * i) % model.config.vocab_size for i in range(batch)], list(range(batch)), \
         [context] * batch
     bucket = bucket_for(batch)
-    device_ms: dict[str, list[float]] = {name: [] for name in CONFIGS}
-    equal: dict[str, bool] = {name: True for name in CONFIGS}
+    device_ms: dict[str, list[float]] = {name: [] for name in configs}
+    equal: dict[str, bool] = {name: True for name in configs}
     status: dict[str, str] = {}
     baseline = None
     for _ in range(rounds):
-        for name, switches in CONFIGS.items():
+        for name, switches in configs.items():
             os.environ.update(switches)
             graphs = DecodeGraphs(model, state, geometry, device, capture=device.type == "cuda")
             logits = graphs.run(tokens, seqs, positions, bucket)  # probe + capture + first replay
@@ -98,11 +104,17 @@ def main() -> None:
     ap.add_argument("--flash-layers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--kernels", default="linear=triton,moe=triton,attention=triton,hc=triton")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS,
+                    help=f"comma-separated, the first is the baseline; known: {', '.join(CONFIGS)}")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of the script (no timing)")
     ap.add_argument("--out", type=Path, default=Path("branches_ab.json"))
     args = ap.parse_args()
     device = torch.device(args.device)
     overrides, _ = parse_kernels_option(args.kernels)
+    unknown = [c for c in args.configs.split(",") if c not in CONFIGS]
+    if unknown:
+        ap.error(f"unknown --configs {unknown}; known: {list(CONFIGS)}")
+    configs = {c: CONFIGS[c] for c in args.configs.split(",")}
     rows = []
     for what in args.what:
         context = args.default_context if what == "default" else args.flash_context
@@ -110,9 +122,9 @@ def main() -> None:
         model = default_model(device, overrides) if what == "default" else flash_model(
             device, overrides, args.flash_layers, max_len)
         for batch in [int(b) for b in args.batches.split(",")]:
-            row = {"model": what, **measure(model, device, batch, context, max_len, args.rounds)}
+            row = {"model": what, **measure(model, device, batch, context, max_len, args.rounds, configs)}
             rows.append(row)
-            for name in CONFIGS:
+            for name in configs:
                 ms = row["device_ms"][name]
                 cells = " / ".join(f"{v:.3f}" for v in ms) or row["status"].get(name, "-")
                 print(f"{what:8s} b{batch:<3d} ctx {context:<6d} {name:20s} device ms {cells:24s} "

@@ -36,3 +36,19 @@ def test_decode_step_launches_stay_within_the_pinned_count(model):
                                                                    "eq", "lt", "cat", "scalar_tensor", "clamp", "silu")}
     assert not int_ops, f"{model}: address math or SwiGLU glue is back in the step: {int_ops}"
     assert counter.aten["add"] == 0 and counter.aten["clone"] == 0, counter.report()  # MoE add, embedding copy
+
+
+# MXSERVE_HC_FUSED=1 (session 17): hc_pre + block norm and hc_head + final norm in 2 launches, not 4,
+# at both models' sizes (their rows fit one finish program, their K few splits)
+FUSED_BOUNDS = {"default": 279, "tiny-flash": 79}
+
+
+@pytest.mark.parametrize("model", sorted(FUSED_BOUNDS))
+def test_fused_hc_drops_the_sums_of_squares_and_block_norm_launches(model, monkeypatch):
+    monkeypatch.setenv("MXSERVE_HC_FUSED", "1")
+    counter = decode_step_launches(model, execute=False)
+    _, _, num_layers = BOUNDS[model]
+    assert counter.total <= FUSED_BOUNDS[model], f"{model}: {counter.total} launches:\n{counter.report()}"
+    assert counter.triton["_hc_sumsq_kernel"] == 0, counter.report()
+    assert counter.triton["_rms_norm_kernel"] == num_layers, counter.report()  # the q low-rank norms only
+    assert counter.triton["_hc_mix_kernel"] == counter.triton["_hc_finish_kernel"] == 2 * num_layers + 1

@@ -146,3 +146,28 @@ def test_build_decode_batch_refuses_what_a_device_check_would_sync_for(tiny_read
     empty = DecodeBatch.empty(2, geometry)
     assert empty.token_ids.tolist() == [0, 0] and (empty.block_tables[Pool.HCA] == -1).all()
 
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="CPU tensors need the Triton interpreter")
+@pytest.mark.parametrize("fused", ["0", "1"], ids=["hc", "hc fused"])
+def test_decode_step_with_the_triton_hc_equals_the_reference_kernels(tiny_reader, monkeypatch, fused):
+    """The hc ops and block norms Triton (MXSERVE_HC_FUSED off and on: hc_pre + norm in 4 or 2
+    launches) against the reference kernels, one decode step from one prefilled state: the same
+    logits and cache bytes (the Triton hc ops give the twins' bits in the interpreter)."""
+    pytest.importorskip("triton")
+    from mxserve.kernels.hyper_connection import hc_ops
+
+    monkeypatch.setenv("MXSERVE_HC_FUSED", fused)
+    model = DeepseekV4Model(tiny_reader.config, tiny_reader.load(progress=False), numerics="faithful",
+                            resident_weights=True)
+    state_ref, tokens = _prefilled(model)
+    state_hc = copy.deepcopy(state_ref)
+    geometry = DecodeGeometry.for_positions(model.config, BLOCK_SIZE, MAX_POSITIONS)
+    seqs, positions = list(range(len(PROMPT_LENGTHS))), list(PROMPT_LENGTHS)
+    want = model.decode_forward(build_decode_batch(tokens, seqs, positions, state_ref, geometry, num_rows=BUCKET),
+                                state_ref, geometry)
+    model.set_kernels(dataclasses.replace(REFERENCE_KERNELS, **hc_ops("triton")))
+    got = model.decode_forward(build_decode_batch(tokens, seqs, positions, state_hc, geometry, num_rows=BUCKET),
+                               state_hc, geometry)
+    assert torch.equal(got, want), f"logits differ, max |Δ| {(got - want).abs().max():.3e}"
+    _assert_same_caches(state_ref, state_hc, 0)

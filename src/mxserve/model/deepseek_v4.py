@@ -31,7 +31,7 @@ from mxserve.model.decode_attention import decode_attention_heads
 from mxserve.model.decode_batch import DecodeBatch, DecodeGeometry
 from mxserve.model.decode_branches import decode_branches_enabled
 from mxserve.model.forward_batch import ForwardBatch
-from mxserve.model.hyper_connection import HyperConnectionWeights
+from mxserve.model.hyper_connection import HyperConnectionWeights, hc_head_normed, hc_pre_normed
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import ModelCacheState
 from mxserve.model.moe import MoEWeights, moe_forward_parts, moe_output
@@ -235,17 +235,17 @@ class DeepseekV4Model:
         `branches`: the MoE's shared expert beside the routed ones (`decode_branches`).
         Returns the hc streams [T, hc, D] after the last layer."""
         cfg, sd = self.config, self.policy.stream_dtype
-        hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
+        hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps, sinkhorn_iters=cfg.hc_sinkhorn_iters)
         # one gather straight into the hc streams [T, hc, D] (not a gather, then a copy of the expand)
         streams = self.embed[token_ids[:, None].expand(-1, cfg.hc_mult)].to(sd)
         for hc_attn, attn_norm, attention, hc_ffn, ffn_norm, moe, ctx in self.layers:
             kernels = ctx.kernels
-            block_in, post, comb = kernels.hc_pre(streams, hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
-            out = attend(kernels.rms_norm(block_in, attn_norm, cfg.rms_norm_eps), attention, ctx)
+            normed, post, comb = hc_pre_normed(kernels, streams, hc_attn, attn_norm, **hc_args)
+            out = attend(normed, attention, ctx)
             streams = kernels.hc_post(out, streams, post, comb)
-            block_in, post, comb = kernels.hc_pre(streams, hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
-            routed, shared = moe_forward_parts(kernels.rms_norm(block_in, ffn_norm, cfg.rms_norm_eps), token_ids, moe,
-                                               cfg, self.policy, self.kernels, branches=branches)
+            normed, post, comb = hc_pre_normed(kernels, streams, hc_ffn, ffn_norm, **hc_args)
+            routed, shared = moe_forward_parts(normed, token_ids, moe, cfg, self.policy, self.kernels,
+                                               branches=branches)
             if after_moe is None and shared is not None:  # hc_post adds and rounds them (moe_forward's ops)
                 streams = kernels.hc_post(routed, streams, post, comb, addend=shared)
             else:
@@ -259,9 +259,8 @@ class DeepseekV4Model:
 
     def _logits(self, streams: torch.Tensor) -> torch.Tensor:
         cfg = self.config
-        hc_args = dict(hc_eps=cfg.hc_eps, rms_eps=cfg.rms_norm_eps)
-        collapsed = self.kernels.hc_head(streams, *self.hc_head_weights, **hc_args)
-        hidden = self.kernels.rms_norm(collapsed, self.final_norm, cfg.rms_norm_eps)
+        hidden = hc_head_normed(self.kernels, streams, self.hc_head_weights, self.final_norm, hc_eps=cfg.hc_eps,
+                                rms_eps=cfg.rms_norm_eps)
         return self.kernels.linear(hidden, self.head)
 
 

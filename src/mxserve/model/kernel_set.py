@@ -50,6 +50,9 @@ class KernelSet:
     hc_pre: Callable = hc_pre_ref  # streams [T, hc, D] -> (block input, post, comb)
     hc_post: Callable = hc_post_ref  # (block out, streams, post, comb) -> new streams
     hc_head: Callable = hc_head_ref  # the final collapse streams -> [T, D]
+    # None = hc_pre / hc_head followed by rms_norm (the slots above, so swapping one still counts):
+    hc_pre_norm: Callable | None = None  # (streams, w, norm weight) -> (normed block input, post, comb)
+    hc_head_norm: Callable | None = None  # (streams, fn, base, scale, norm weight) -> the head's input
     rms_norm: Callable = rms_norm  # (x [T, D], weight [D], eps) -> x's dtype; block, q low-rank and final norms
     labels: Mapping[str, str] = field(default_factory=dict)  # op -> backend description ("reference" if absent)
 

@@ -15,6 +15,7 @@ never imported into a pytest process (the suite sets it on).
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -38,7 +39,7 @@ EPS = 1e-6
 ARG_TYPES = {  # runtime arguments by name; everything else in a signature is a constexpr
     "x_ptr": "*bf16", "sumsq_ptr": "*fp64", "fn_ptr": "*fp32", "mix_ptr": "*fp64", "base_ptr": "*fp32",
     "scale_ptr": "*fp32", "out_ptr": "*bf16", "post_ptr": "*fp32", "comb_ptr": "*fp32", "f_ptr": "*bf16", "a_ptr": "*fp32",
-    "T": "i32", "K": "i32", "N": "i32", "D": "i32", "iters": "i32",
+    "norm_w_ptr": "*fp32", "T": "i32", "K": "i32", "N": "i32", "D": "i32", "iters": "i32",
     "stride_xt": "i32", "stride_xh": "i32", "stride_fn": "i32", "stride_ot": "i32", "stride_oh": "i32",
     "stride_ft": "i32", "stride_at": "i32",
 }
@@ -60,10 +61,33 @@ def _cases(dim: int) -> list[tuple[str, str, object, dict]]:
                                                            "OUT_BF16": True, "USE_LIBDEVICE": True, "PART": 0}),
         ("hc_post", "post", _hc_post_kernel, {**block["post"], "OUT_BF16": True, "HAS_ADDEND": False}),
         ("hc_post (+ addend)", "post", _hc_post_kernel, {**block["post"], "OUT_BF16": True, "HAS_ADDEND": True}),
+        *_fused_cases(dim, block),
     ]
 
 
+def _fused_cases(dim: int, block: dict) -> list[tuple[str, str, object, dict]]:
+    """MXSERVE_HC_FUSED=1's kernels where the shape takes them (triton.py): the mix with its own
+    sums of squares (few K-splits) and the finish with the block norm (one D-block)."""
+    cases = []
+    if block["mix"]["NUM_SPLITS"] <= hc_triton.FUSED_SUMSQ_MAX_SPLITS:
+        cases.append(("mix (fused sums of squares)", "mix", _hc_mix_kernel,
+                      {**block["mix"], "RMS_EPS": EPS, "USE_LIBDEVICE": True, "FUSED_SUMSQ": True,
+                       "SUMSQ_BLOCK_K": hc_triton.SUMSQ_BLOCK_K}))
+    if hc_triton.norm_fits(dim):
+        cases.append(("finish (hc_pre + norm)", "finish", _hc_finish_kernel,
+                      {**block["finish"], "HC_EPS": EPS, "WITH_POST": True, "OUT_BF16": True, "USE_LIBDEVICE": True,
+                       "PART": 0, "NORM": True, "NORM_EPS": EPS}))
+    return cases
+
+
+def _with_defaults(kernel, consts: dict) -> dict:
+    """`consts` plus the kernel's defaulted constexprs a launch leaves out (the fused options: off)."""
+    return {**{p.name: p.default for p in kernel.params if p.is_constexpr and p.name not in consts
+               and p.default is not inspect.Parameter.empty}, **consts}
+
+
 def compile_report(label: str, name: str, kernel, consts: dict, shape: str) -> dict:
+    consts = _with_defaults(kernel, consts)
     signature, _ = sm90.signature(kernel, consts, ARG_TYPES)
     compiled, compile_s = sm90.compile_sm90(kernel, signature, consts, num_warps=hc_triton.NUM_WARPS[name],
                                             enable_fp_fusion=hc_triton.FP_FUSION[name])

@@ -11,6 +11,9 @@
 * session 7: the old kernels (MXSERVE_HC_OLD_KERNELS=1) still equal the twins; post/comb as a
   launch of their own (the side stream's split) give the one launch's bits; the comb reductions
   run in their documented orders (a matrix where the orders give different fp64 sums).
+* session 17: hc_pre / hc_head + the block norm (`hc_pre_norm_triton`, `hc_head_norm_triton`) equal
+  the twins' composition bit for bit with MXSERVE_HC_FUSED off and on; on, at a shape that fuses
+  the sums-of-squares and norm launches are really gone, and a token alone keeps its batch bits.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from mxserve.kernels.hyper_connection import (
     hc_post_ref,
     hc_pre_ref,
 )
+from mxserve.kernels.hyper_connection.reference import hc_head_norm_ref, hc_pre_norm_ref
 
 ht = pytest.importorskip("mxserve.kernels.hyper_connection.triton")
 hk = pytest.importorskip("mxserve.kernels.hyper_connection._hc_kernel")
@@ -145,7 +149,8 @@ def test_chooser_off_unless_forced_and_the_slots():
     from mxserve.kernels.rms_norm.triton import rms_norm_triton
 
     assert hc_ops("triton") == {"hc_pre": ht.hc_pre_triton, "hc_post": ht.hc_post_triton,
-                                "hc_head": ht.hc_head_triton, "rms_norm": rms_norm_triton}
+                                "hc_head": ht.hc_head_triton, "rms_norm": rms_norm_triton,
+                                "hc_pre_norm": ht.hc_pre_norm_triton, "hc_head_norm": ht.hc_head_norm_triton}
     with pytest.raises(ValueError, match=r"hc: unknown backend 'cuda'; known: \['reference', 'triton'\]"):
         choose_hc(spec, h200, forced="cuda")
 
@@ -196,3 +201,70 @@ def test_comb_sums_run_in_their_documented_orders():
     assert want_rows[0] == tiny and want_cols[3] == tiny  # the orders matter here
     assert rows.cpu().tolist() == [[want_rows[i]] * 4 for i in range(4)], rows
     assert cols.cpu().tolist() == [want_cols] * 4, cols
+
+
+class _NotLaunched:
+    """Stands in for a kernel that the fused path must not launch."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __getitem__(self, grid):
+        raise AssertionError(f"{self.name} was launched on the fused path")
+
+
+def _check_normed(streams, w, head, fused: bool, what: str, seed: int) -> None:
+    dim = streams.shape[2]
+    norm_w = torch.rand(dim, generator=torch.Generator().manual_seed(seed)) + 0.5
+    want = hc_pre_norm_ref(streams, w, norm_w, sinkhorn_iters=ITERS, **EPS)
+    got = ht.hc_pre_norm_triton(streams, w, norm_w, sinkhorn_iters=ITERS, **EPS)
+    for name, g, r in zip(("normed block input", "post", "comb"), got, want, strict=True):
+        _assert_equal(g, r, f"{what} fused={fused} hc_pre_norm {name}")
+    _assert_equal(ht.hc_head_norm_triton(streams, *head, norm_w, **EPS), hc_head_norm_ref(streams, *head, norm_w, **EPS),
+                  f"{what} fused={fused} hc_head_norm")
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["off", "fused"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_pre_and_head_norm_equal_the_twins(fused, dtype, monkeypatch):
+    """D 256 (hc 4: K 1024, 4 splits; one finish program a row: both fusions), D 200 with hc 3
+    (padded lanes, a partial split, a masked tail of the row), D 520 (two D-blocks and 9 splits:
+    neither fusion, the unfused launches); T 0, 1, 5."""
+    monkeypatch.setenv(ht.FUSED_ENV, "1" if fused else "0")
+    for num_tokens, hc, dim in ((1, 4, 256), (5, 4, 256), (0, 4, 256), (3, 3, 200), (2, 4, D)):
+        streams, w, head, _ = _inputs(num_tokens, hc, dim, dtype, seed=num_tokens + dim)
+        _check_normed(streams, w, head, fused, f"T={num_tokens} hc={hc} D={dim} {dtype}", seed=dim)
+
+
+def test_fused_path_skips_the_sums_of_squares_and_norm_launches(monkeypatch):
+    """MXSERVE_HC_FUSED=1 at a shape that fuses: hc_pre + norm is 2 launches (no sums-of-squares,
+    no norm kernel), with the same bits; and with the switch off the unfused kernels still run."""
+    import mxserve.kernels.rms_norm.triton as rt
+
+    streams, w, head, _ = _inputs(5, 4, 256, torch.bfloat16, seed=21)
+    monkeypatch.setenv(ht.FUSED_ENV, "1")
+    monkeypatch.setattr(ht, "_hc_sumsq_kernel", _NotLaunched("_hc_sumsq_kernel"))
+    monkeypatch.setattr(rt, "_rms_norm_kernel", _NotLaunched("_rms_norm_kernel"))
+    _check_normed(streams, w, head, True, "fused, unfused kernels removed", seed=21)
+    monkeypatch.setenv(ht.FUSED_ENV, "0")
+    with pytest.raises(AssertionError, match="_hc_sumsq_kernel was launched"):
+        ht.hc_pre_norm_triton(streams, w, torch.ones(256), sinkhorn_iters=ITERS, **EPS)
+
+
+def test_fused_token_alone_equals_the_token_in_a_batch(monkeypatch):
+    monkeypatch.setenv(ht.FUSED_ENV, "1")
+    streams, w, _, _ = _inputs(5, 4, 256, torch.bfloat16, seed=23)
+    norm_w = torch.rand(256, generator=torch.Generator().manual_seed(24)) + 0.5
+    batch = ht.hc_pre_norm_triton(streams, w, norm_w, sinkhorn_iters=ITERS, **EPS)
+    for t in (0, 4):
+        alone = ht.hc_pre_norm_triton(streams[t:t + 1], w, norm_w, sinkhorn_iters=ITERS, **EPS)
+        for name, a, b in zip(("normed block input", "post", "comb"), alone, batch, strict=True):
+            _assert_equal(a[0], b[t], f"token {t} fused hc_pre_norm {name}")
+
+
+def test_norm_weight_is_checked():
+    streams, w, head, _ = _inputs(2, 4, 64, torch.bfloat16)
+    with pytest.raises(ValueError, match=r"hc_pre_norm: norm_weight must be a float tensor \[64\].*\[63\]"):
+        ht.hc_pre_norm_triton(streams, w, torch.ones(63), sinkhorn_iters=ITERS, **EPS)
+    with pytest.raises(ValueError, match=r"hc_head_norm: norm_weight must be a float tensor \[64\]"):
+        ht.hc_head_norm_triton(streams, *head, torch.ones(64, dtype=torch.int32), **EPS)

@@ -121,6 +121,28 @@ def _hc_sumsq_kernel(
 
 
 @triton.jit
+def _sumsq_partials(x_ptr, offs_t, T, K, stride_xt, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+                    SPLIT_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """`_hc_sumsq_kernel`'s partials of every split for the tokens `offs_t`, as one [BLOCK_T,
+    SPLITS_PAD] tile (0 past NUM_SPLITS): the same steps and the same per-split reduction, so the
+    same fp64 values; the fused mix launch (few splits) uses it instead of reading that launch's
+    output. Each split's value is placed exactly (x + 0.0 == x: squares are never -0.0)."""
+    t_mask = offs_t < T
+    rows = x_ptr + offs_t.to(tl.int64)[:, None] * stride_xt
+    splits = tl.arange(0, SPLITS_PAD)[None, :]
+    tile = tl.zeros((offs_t.shape[0], SPLITS_PAD), dtype=tl.float64)
+    for split in tl.static_range(NUM_SPLITS):
+        acc = tl.zeros((offs_t.shape[0], BLOCK_K), dtype=tl.float64)
+        for k0 in tl.static_range(0, SPLIT_K, BLOCK_K):
+            offs_k = split * SPLIT_K + k0 + tl.arange(0, BLOCK_K)
+            x = tl.load(rows + offs_k[None, :], mask=t_mask[:, None] & (offs_k < K)[None, :], other=0.0)
+            x = x.to(tl.float32).to(tl.float64)
+            acc += x * x  # exact squares
+        tile = tl.where(splits == split, tl.sum(acc, axis=1)[:, None], tile)
+    return tile
+
+
+@triton.jit
 def _prefetch_rows(ptr, rows, num_rows, stride, k0, K, SPAN: tl.constexpr):
     """Prefetch elements [k0, k0 + SPAN) of `rows` (those < num_rows) into L1: one address per
     128-byte line (alignment aside; a line straddling the span's end is fetched whole)."""
@@ -137,22 +159,29 @@ def _hc_mix_kernel(
     RMS_EPS: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, SPLIT_K: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_LIBDEVICE: tl.constexpr,
     PREFETCH: tl.constexpr = False, PDL: tl.constexpr = False,
+    FUSED_SUMSQ: tl.constexpr = False, SUMSQ_BLOCK_K: tl.constexpr = 128,
 ):
     if PDL:  # "Early start" in triton.py: the finish launch may start now
         tl.extra.cuda.gdc_launch_dependents()
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     split = tl.program_id(1)
     t_mask = offs_t < T
+    if FUSED_SUMSQ and PDL:  # the first launch of hc_pre: the caller's kernel wrote x, so read
+        tl.extra.cuda.gdc_wait()  # (or prefetch) nothing before it is done
     if PREFETCH:  # this split of fn's rows and of the tokens' rows into L1, before the rho chain
         _prefetch_rows(fn_ptr, tl.arange(0, BLOCK_N), N, stride_fn, split * SPLIT_K, K, SPLIT_K)
         _prefetch_rows(x_ptr, offs_t, T, stride_xt, split * SPLIT_K, K, SPLIT_K)
-    if PDL:  # the sums of squares are the previous launch's: nothing of it is read before this
-        tl.extra.cuda.gdc_wait()
     # rho of each token: the sum of its sum-of-squares partials (one tile, a fixed reduction
     # tree), mean, + eps, 1/sqrt, → fp32
     splits = tl.arange(0, SPLITS_PAD)
-    ss = tl.sum(tl.load(sumsq_ptr + offs_t[:, None] * NUM_SPLITS + splits[None, :],
-                        mask=t_mask[:, None] & (splits < NUM_SPLITS)[None, :], other=0.0), axis=1)
+    if FUSED_SUMSQ:  # every split's partial computed here, as `_hc_sumsq_kernel` computes it
+        ss = tl.sum(_sumsq_partials(x_ptr, offs_t, T, K, stride_xt, NUM_SPLITS, SPLITS_PAD, SPLIT_K, SUMSQ_BLOCK_K),
+                    axis=1)
+    else:
+        if PDL:  # the sums of squares are the previous launch's: nothing of it is read before this
+            tl.extra.cuda.gdc_wait()
+        ss = tl.sum(tl.load(sumsq_ptr + offs_t[:, None] * NUM_SPLITS + splits[None, :],
+                            mask=t_mask[:, None] & (splits < NUM_SPLITS)[None, :], other=0.0), axis=1)
     rho = (1.0 / _sqrt_f64(ss / K + tl.full([], RMS_EPS, tl.float64), USE_LIBDEVICE)).to(tl.float32)
 
     # x as [BLOCK_T, 1, BLOCK_K] and fn as [1, BLOCK_N, BLOCK_K]: loaded straight into the 3-D
@@ -314,11 +343,13 @@ def _hc_finish_kernel(
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, WITH_POST: tl.constexpr, OUT_BF16: tl.constexpr,
     USE_LIBDEVICE: tl.constexpr, POST_BLOCK_T: tl.constexpr,
     PART: tl.constexpr = 0, PREFETCH: tl.constexpr = False, COMB_LANES: tl.constexpr = False,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, norm_w_ptr=None, NORM: tl.constexpr = False, NORM_EPS: tl.constexpr = 1e-6,
 ):
     """PART 0: block-input programs, then (WITH_POST) the post/comb programs in the grid's last
     BLOCK_T // POST_BLOCK_T columns; PART 1: the block-input programs only; PART 2: the post/comb
-    programs only (grid column = sub-block), the launch that can run on a second stream."""
+    programs only (grid column = sub-block), the launch that can run on a second stream.
+    NORM (one D-block: BLOCK_D >= D): `out` gets the block input's weighted RMS norm instead of
+    the block input (`_rms_norm_rows`)."""
     if PDL:  # "Early start" in triton.py: the next launch (the block's RMS norm) may start now
         tl.extra.cuda.gdc_launch_dependents()
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -354,7 +385,11 @@ def _hc_finish_kernel(
             pre_i = tl.sum(tl.where(lanes[None, :] == i, pre, -0.0), axis=1)
             x = tl.load(rows + i * stride_xh, mask=tile, other=0.0).to(tl.float32).to(tl.float64)
             acc += pre_i[:, None] * x
-        _store_rounded(out_ptr + t64[:, None] * stride_ot + offs_d[None, :], acc, tile, OUT_BF16)
+        if NORM:
+            _rms_norm_rows(acc, norm_w_ptr, out_ptr + t64[:, None] * stride_ot + offs_d[None, :], offs_d, tile, D,
+                           NORM_EPS, OUT_BF16, USE_LIBDEVICE)
+        else:
+            _store_rounded(out_ptr + t64[:, None] * stride_ot + offs_d[None, :], acc, tile, OUT_BF16)
     elif WITH_POST and PART == 0:
         if PDL:
             tl.extra.cuda.gdc_wait()
@@ -363,6 +398,32 @@ def _hc_finish_kernel(
         # rather than after one of them
         _post_programs(mix_ptr, base_ptr, scale_ptr, post_ptr, comb_ptr, T, N, iters, pid_d - tl.cdiv(D, BLOCK_D),
                        HC, HC_PAD, HC_EPS, NUM_SPLITS, SPLITS_PAD, BLOCK_T, USE_LIBDEVICE, POST_BLOCK_T, COMB_LANES)
+
+
+@triton.jit
+def _rms_norm_rows(acc, w_ptr, out_ptrs, offs_d, tile, D, EPS: tl.constexpr, OUT_BF16: tl.constexpr,
+                   USE_LIBDEVICE: tl.constexpr):
+    """The block input's weighted RMS norm, for rows held whole by this program: the fp64 block
+    input `acc` [BLOCK_T, BLOCK_D] is first rounded as `_store_rounded` would store it (the value
+    the norm kernel would read back), then `_rms_norm_kernel`'s operations in its order: the fp64
+    sum of the exact squares, / D, + eps, rsqrt → fp32, (x·r)·w in fp32, rounded to the output
+    dtype. Only the sum's reduction tree can differ from that kernel's (another tile shape), which
+    moves the fp32 r only when the fp64 sum lies within an ulp of an fp32 rounding boundary."""
+    xf = acc.to(tl.float32)
+    if OUT_BF16:
+        xf = round_bf16(xf)  # the stored block input's value
+    xf = tl.where(tile, xf, 0.0)
+    x64 = xf.to(tl.float64)
+    shifted = tl.sum(x64 * x64, axis=1) / D + tl.full([], EPS, tl.float64)
+    if USE_LIBDEVICE:
+        r = libdevice.rsqrt(shifted).to(tl.float32)
+    else:
+        r = (1.0 / tl.sqrt(shifted)).to(tl.float32)
+    w = tl.load(w_ptr + offs_d, mask=offs_d < D, other=0.0).to(tl.float32)
+    y = (xf * r[:, None]) * w[None, :]
+    if OUT_BF16:
+        y = round_bf16(y)  # to nearest even as torch does; the cast below is then exact
+    tl.store(out_ptrs, y.to(out_ptrs.dtype.element_ty), mask=tile)
 
 
 @triton.jit

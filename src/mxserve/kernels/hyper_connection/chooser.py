@@ -62,9 +62,16 @@ def hc_ops(backend: str) -> dict[str, Callable]:
         return {}
     if backend != "triton":
         raise ValueError(f"hc: unknown backend {backend!r}; known: {list(HC_BACKENDS)}")
-    from mxserve.kernels.hyper_connection.triton import hc_head_triton, hc_post_triton, hc_pre_triton
+    from mxserve.kernels.hyper_connection.triton import (
+        hc_head_norm_triton,
+        hc_head_triton,
+        hc_post_triton,
+        hc_pre_norm_triton,
+        hc_pre_triton,
+    )
     from mxserve.kernels.rms_norm.triton import rms_norm_triton
 
-    # the block norms ride along: the same residual-stream glue, each one launch instead of ~10
+    # the block norms ride along: the same residual-stream glue, each one launch instead of ~10;
+    # hc_pre / hc_head + norm fuse into fewer launches with MXSERVE_HC_FUSED=1 (triton.py)
     return {"hc_pre": hc_pre_triton, "hc_post": hc_post_triton, "hc_head": hc_head_triton,
-            "rms_norm": rms_norm_triton}
+            "rms_norm": rms_norm_triton, "hc_pre_norm": hc_pre_norm_triton, "hc_head_norm": hc_head_norm_triton}

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mxserve.kernels.rms_norm.reference import rms_norm
+
 
 @dataclass(frozen=True)
 class HyperConnectionWeights:
@@ -76,3 +78,17 @@ def hc_head_ref(
     m = _mixes(streams, fn, rms_eps).double()
     pre = torch.sigmoid(m * scale.double()[0] + base.double()) + hc_eps
     return (pre.unsqueeze(-1) * streams.double()).sum(dim=1).to(streams.dtype)
+
+
+def hc_pre_norm_ref(streams: torch.Tensor, w: HyperConnectionWeights, norm_weight: torch.Tensor, *, hc_eps: float,
+                    rms_eps: float, sinkhorn_iters: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`hc_pre_ref`, then the block's weighted RMS norm of the block input (eps `rms_eps`, the
+    model's one norm epsilon): (normed block input [T, D], post, comb). The pair a block starts with."""
+    block_in, post, comb = hc_pre_ref(streams, w, hc_eps=hc_eps, rms_eps=rms_eps, sinkhorn_iters=sinkhorn_iters)
+    return rms_norm(block_in, norm_weight, rms_eps), post, comb
+
+
+def hc_head_norm_ref(streams: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale: torch.Tensor,
+                     norm_weight: torch.Tensor, *, hc_eps: float, rms_eps: float) -> torch.Tensor:
+    """`hc_head_ref`, then the final weighted RMS norm (eps `rms_eps`): the head's input [T, D]."""
+    return rms_norm(hc_head_ref(streams, fn, base, scale, hc_eps=hc_eps, rms_eps=rms_eps), norm_weight, rms_eps)

@@ -25,7 +25,15 @@ and of the streams: whatever the caller wrote before calling hc_pre / hc_head wa
 their sumsq launch (an ordinary one) began, and every early start since began after it. hc_post
 has no such launch before it, so it reads and prefetches only after its wait. Same bits.
 `MXSERVE_HC_OLD_KERNELS=1` (read at every call) launches the kernels exactly as before, for A/B
-runs in one process. `MXSERVE_HC_SIDE_STREAM=1` (CUDA only, off until measured) launches the
+runs in one process.
+Fewer launches (session 17, `MXSERVE_HC_FUSED=1`, read at every call; off until measured on the
+H200): with few K-splits (hc·D <= FUSED_SUMSQ_MAX_SPLITS · SPLIT_K, the default model) each mix
+program computes the sums of squares of its tokens itself, the same steps as the sums-of-squares
+launch, which is then skipped (every program of a token reads the whole row again: cheap only
+while the row is short); and `hc_pre_norm_triton` / `hc_head_norm_triton` apply the block's RMS
+norm inside the finish launch when one program holds a whole row (D <= BLOCK_D), with the norm
+kernel's operations. hc_pre + norm: 4 launches → 2. Otherwise they are hc_pre / hc_head followed
+by `rms_norm_triton`, the same launches as without the switch. `MXSERVE_HC_SIDE_STREAM=1` (CUDA only, off until measured) launches the
 post/comb programs of `hc_pre` on a second stream, beside the block that follows, and
 `hc_post_triton` joins it first: in a decode step the Sinkhorn then leaves the critical path.
 """
@@ -70,6 +78,8 @@ FINISH_BLOCK_T = 4  # tokens per finish block-input program
 # Flash, their divisions serialised: the Sinkhorn chain ran 2-4x)
 FINISH_POST_BLOCK_T = 1
 BLOCK_D = 512  # hidden channels per finish / hc_post program
+FUSED_ENV = "MXSERVE_HC_FUSED"
+FUSED_SUMSQ_MAX_SPLITS = 8  # the fused mix recomputes a token's whole sum of squares in every split program
 # warps per kernel: the mix program's [4, 32, 16] fp64 tile and its 16 unrolled steps' loads fit
 # 8 warps without spills (sm90_compile.py); the others are small
 NUM_WARPS = {"sumsq": 4, "mix": 8, "finish": 4, "post": 4}
@@ -108,6 +118,13 @@ def old_kernels() -> bool:
     """MXSERVE_HC_OLD_KERNELS=1: launch the kernels as before session 7 (read at every call, so
     one process can time both)."""
     return os.environ.get("MXSERVE_HC_OLD_KERNELS", "0") == "1"
+
+
+def fused_launches() -> bool:
+    """MXSERVE_HC_FUSED=1: the sums of squares inside the mix launch and the block norm inside the
+    finish launch where the shapes allow it (module docstring; read at every call, so one process
+    can time both). Never with the old kernels."""
+    return os.environ.get(FUSED_ENV, "0") == "1" and not old_kernels()
 
 
 def _constexprs(hc: int, dim: int, num_mixes: int) -> dict[str, dict]:
@@ -149,6 +166,24 @@ def _check_param(t: torch.Tensor, shape: tuple[int, ...], name: str, op: str, de
                          f"{t.dtype} {list(t.shape)} on {t.device}")
 
 
+def _check_hc_weights(streams: torch.Tensor, w: HyperConnectionWeights, op: str) -> None:
+    _, hc, dim = streams.shape
+    n = (2 + hc) * hc
+    _check_param(w.fn, (n, hc * dim), "fn", op, streams.device)
+    _check_param(w.base, (n,), "base", op, streams.device)
+    _check_param(w.scale, (3,), "scale", op, streams.device)
+
+
+def _check_head_weights(streams: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale: torch.Tensor,
+                        op: str) -> None:
+    _, hc, dim = streams.shape
+    _check_param(fn, (hc, hc * dim), "fn", op, streams.device)
+    _check_param(base, (hc,), "base", op, streams.device)
+    if scale.numel() < 1 or scale.device != streams.device:
+        raise ValueError(f"{op}: scale must hold at least one value on {streams.device}, got "
+                         f"{list(scale.shape)} on {scale.device}")
+
+
 def _mix_partials(streams: torch.Tensor, fn: torch.Tensor, rms_eps: float) -> torch.Tensor:
     """Per token and K-split, the fp64 partial mixes of the rho-scaled flattened streams
     [T, S, N] fp64. Two launches (sums of squares, then the mixes)."""
@@ -156,26 +191,34 @@ def _mix_partials(streams: torch.Tensor, fn: torch.Tensor, rms_eps: float) -> to
     k, n = hc * dim, fn.shape[0]
     consts = _constexprs(hc, dim, n)
     num_splits = consts["sumsq"]["NUM_SPLITS"]
+    mixes = torch.empty((num_tokens, num_splits, n), dtype=torch.float64, device=streams.device)
+    mix_args = (num_tokens, k, n, streams.stride(0), fn.stride(0))
+    mix_kwargs = dict(RMS_EPS=float(rms_eps), USE_LIBDEVICE=not interpreting(), **consts["mix"], **_launch_opts("mix"))
+    if fused_launches() and num_splits <= FUSED_SUMSQ_MAX_SPLITS:
+        # one launch: the first of hc_pre, so an early start only where the sums-of-squares launch had one
+        _hc_mix_kernel[(triton.cdiv(num_tokens, MIX_BLOCK_T), num_splits)](
+            streams, fn, mixes, mixes, *mix_args, FUSED_SUMSQ=True, SUMSQ_BLOCK_K=SUMSQ_BLOCK_K, **mix_kwargs,
+            **(_pdl_launch(consts["mix"]) if early_start_enabled() else {}),
+        )
+        return mixes
     sumsq = torch.empty((num_tokens, num_splits), dtype=torch.float64, device=streams.device)
     _hc_sumsq_kernel[(triton.cdiv(num_tokens, SUMSQ_BLOCK_T), num_splits)](
         streams, sumsq, num_tokens, k, streams.stride(0), **consts["sumsq"], **_launch_opts("sumsq"),
         **(_pdl_launch(consts["sumsq"]) if early_start_enabled() else {}),
     )
-    mixes = torch.empty((num_tokens, num_splits, n), dtype=torch.float64, device=streams.device)
     _hc_mix_kernel[(triton.cdiv(num_tokens, MIX_BLOCK_T), num_splits)](
-        streams, fn, sumsq, mixes, num_tokens, k, n, streams.stride(0), fn.stride(0),
-        RMS_EPS=float(rms_eps), USE_LIBDEVICE=not interpreting(), **consts["mix"], **_launch_opts("mix"),
-        **_pdl_launch(consts["mix"]),
+        streams, fn, sumsq, mixes, *mix_args, **mix_kwargs, **_pdl_launch(consts["mix"]),
     )
     return mixes
 
 
 def _finish(streams: torch.Tensor, mixes: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, *, hc_eps: float,
             sinkhorn_iters: int, with_post: bool, split_launch: bool = False,
-            post_dtype: torch.dtype = torch.float32):
+            post_dtype: torch.dtype = torch.float32, norm: tuple[torch.Tensor, float] | None = None):
     """The finish launch: (block input, post, comb); post/comb are placeholders without `with_post`.
     With the side stream on (or `split_launch`, for the tests) post/comb are a launch of their own.
-    `post_dtype` float64: post and comb before their fp32 rounding (the GPU test of the orders)."""
+    `post_dtype` float64: post and comb before their fp32 rounding (the GPU test of the orders).
+    `norm` (weight, eps), only where `norm_fits`: the block input's RMS norm in its place."""
     num_tokens, hc, dim = streams.shape
     out = torch.empty((num_tokens, dim), dtype=streams.dtype, device=streams.device)
     if with_post:
@@ -190,6 +233,10 @@ def _finish(streams: torch.Tensor, mixes: torch.Tensor, base: torch.Tensor, scal
             num_tokens, dim, mixes.shape[2], int(sinkhorn_iters), streams.stride(0), streams.stride(1), out.stride(0))
     kwargs = dict(HC_EPS=float(hc_eps), WITH_POST=with_post, OUT_BF16=streams.dtype == torch.bfloat16,
                   USE_LIBDEVICE=not interpreting(), **consts, **_launch_opts("finish"))
+    if norm is not None:
+        if num_d != 1:
+            raise ValueError(f"hc finish: the fused norm needs one D-block, got D={dim} > {consts['BLOCK_D']}")
+        kwargs.update(norm_w_ptr=norm[0], NORM=True, NORM_EPS=float(norm[1]))
     token_blocks = triton.cdiv(num_tokens, FINISH_BLOCK_T)
     if with_post and (split_launch or (side_stream_enabled(streams) and not old_kernels())):
         # post/comb in a launch of their own (PART 2; on the side stream when it is on), then the
@@ -208,10 +255,7 @@ def hc_pre_triton(
     """streams [T, hc, D] → (block input [T, D] in streams' dtype, post [T, hc], comb [T, hc, hc] fp32);
     see `hc_pre_ref`."""
     num_tokens, hc, dim = _check_streams(streams, "hc_pre")
-    n = (2 + hc) * hc
-    _check_param(w.fn, (n, hc * dim), "fn", "hc_pre", streams.device)
-    _check_param(w.base, (n,), "base", "hc_pre", streams.device)
-    _check_param(w.scale, (3,), "scale", "hc_pre", streams.device)
+    _check_hc_weights(streams, w, "hc_pre")
     streams, fn = streams.contiguous(), w.fn.contiguous()  # no-ops for the model's tensors
     if num_tokens == 0:
         return (streams.new_empty((0, dim)), streams.new_empty((0, hc), dtype=torch.float32),
@@ -226,17 +270,66 @@ def hc_head_triton(
 ) -> torch.Tensor:
     """streams [T, hc, D] → the final collapse [T, D] in streams' dtype; see `hc_head_ref`."""
     num_tokens, hc, dim = _check_streams(streams, "hc_head")
-    _check_param(fn, (hc, hc * dim), "fn", "hc_head", streams.device)
-    _check_param(base, (hc,), "base", "hc_head", streams.device)
-    if scale.numel() < 1 or scale.device != streams.device:
-        raise ValueError(f"hc_head: scale must hold at least one value on {streams.device}, got "
-                         f"{list(scale.shape)} on {scale.device}")
+    _check_head_weights(streams, fn, base, scale, "hc_head")
     streams, fn = streams.contiguous(), fn.contiguous()
     if num_tokens == 0:
         return streams.new_empty((0, dim))
     mixes = _mix_partials(streams, fn, rms_eps)
     return _finish(streams, mixes, base.contiguous(), scale.contiguous(), hc_eps=hc_eps, sinkhorn_iters=1,
                    with_post=False)[0]
+
+
+def norm_fits(dim: int) -> bool:
+    """Whether one finish program holds a whole row of D channels (the fused norm's condition)."""
+    return triton.next_power_of_2(dim) <= BLOCK_D
+
+
+def _check_norm_weight(weight: torch.Tensor, streams: torch.Tensor, op: str) -> None:
+    dim = streams.shape[2]
+    if weight.shape != (dim,) or not weight.is_floating_point() or weight.device != streams.device:
+        raise ValueError(f"{op}: norm_weight must be a float tensor [{dim}] on {streams.device}, got "
+                         f"{weight.dtype} {list(weight.shape)} on {weight.device}")
+
+
+def hc_pre_norm_triton(
+    streams: torch.Tensor, w: HyperConnectionWeights, norm_weight: torch.Tensor, *, hc_eps: float, rms_eps: float,
+    sinkhorn_iters: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`hc_pre_triton` then `rms_norm_triton` of the block input with `norm_weight` (eps `rms_eps`):
+    (normed block input [T, D], post, comb); see `hc_pre_norm_ref`. With MXSERVE_HC_FUSED=1 and a
+    row that one finish program holds, the norm runs inside the finish launch."""
+    from mxserve.kernels.rms_norm.triton import rms_norm_triton
+
+    num_tokens, _, dim = _check_streams(streams, "hc_pre_norm")
+    _check_norm_weight(norm_weight, streams, "hc_pre_norm")
+    if not (fused_launches() and norm_fits(dim)) or num_tokens == 0:
+        block_in, post, comb = hc_pre_triton(streams, w, hc_eps=hc_eps, rms_eps=rms_eps, sinkhorn_iters=sinkhorn_iters)
+        return rms_norm_triton(block_in, norm_weight, rms_eps), post, comb
+    _check_hc_weights(streams, w, "hc_pre_norm")
+    streams = streams.contiguous()
+    mixes = _mix_partials(streams, w.fn.contiguous(), rms_eps)
+    return _finish(streams, mixes, w.base.contiguous(), w.scale.contiguous(), hc_eps=hc_eps,
+                   sinkhorn_iters=sinkhorn_iters, with_post=True, norm=(norm_weight.contiguous(), rms_eps))
+
+
+def hc_head_norm_triton(
+    streams: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, norm_weight: torch.Tensor, *,
+    hc_eps: float, rms_eps: float,
+) -> torch.Tensor:
+    """`hc_head_triton` then `rms_norm_triton` with `norm_weight` (the final norm); see
+    `hc_head_norm_ref`. Fused as `hc_pre_norm_triton` is."""
+    from mxserve.kernels.rms_norm.triton import rms_norm_triton
+
+    num_tokens, _, dim = _check_streams(streams, "hc_head_norm")
+    _check_norm_weight(norm_weight, streams, "hc_head_norm")
+    if not (fused_launches() and norm_fits(dim)) or num_tokens == 0:
+        return rms_norm_triton(hc_head_triton(streams, fn, base, scale, hc_eps=hc_eps, rms_eps=rms_eps), norm_weight,
+                               rms_eps)
+    _check_head_weights(streams, fn, base, scale, "hc_head_norm")
+    streams = streams.contiguous()
+    mixes = _mix_partials(streams, fn.contiguous(), rms_eps)
+    return _finish(streams, mixes, base.contiguous(), scale.contiguous(), hc_eps=hc_eps, sinkhorn_iters=1,
+                   with_post=False, norm=(norm_weight.contiguous(), rms_eps))[0]
 
 
 def hc_post_triton(block_out: torch.Tensor, streams: torch.Tensor, post: torch.Tensor,

@@ -27,7 +27,7 @@ from mxserve.model.attention import AttentionWeights
 from mxserve.model.decode_batch import paged_slots
 from mxserve.model.dspark.attention import draft_block_attention
 from mxserve.model.dspark.windows import DraftWindows
-from mxserve.model.hyper_connection import HyperConnectionWeights
+from mxserve.model.hyper_connection import HyperConnectionWeights, hc_head_normed, hc_pre_normed
 from mxserve.model.kernel_set import REFERENCE_KERNELS, KernelSet
 from mxserve.model.kv_state import ModelCacheState, Pool
 from mxserve.model.moe import MoEWeights, moe_forward
@@ -161,19 +161,19 @@ class DSparkDraft:
         streams = self.embed[tokens].to(self.policy.stream_dtype)[:, None, :].expand(-1, cfg.hc_mult, -1).contiguous()
         kernels = self.kernels
         for s, stage in enumerate(self.stages):
-            block_in, post, comb = kernels.hc_pre(streams, stage.hc_attn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
+            normed, post, comb = hc_pre_normed(kernels, streams, stage.hc_attn, stage.attn_norm,
+                                               sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
             out = draft_block_attention(
-                kernels.rms_norm(block_in, stage.attn_norm, cfg.rms_norm_eps), positions, stage.attention, block_width=k,
+                normed, positions, stage.attention, block_width=k,
                 window_cache=windows[s], window_slots=window_slots, config=cfg, policy=self.policy,
                 kernels=self.kernels, inv_freq=self.inv_freq,
             )
             streams = kernels.hc_post(out, streams, post, comb)
-            block_in, post, comb = kernels.hc_pre(streams, stage.hc_ffn, sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
-            out = moe_forward(kernels.rms_norm(block_in, stage.ffn_norm, cfg.rms_norm_eps), tokens, stage.moe, cfg,
-                              self.policy, self.kernels)
+            normed, post, comb = hc_pre_normed(kernels, streams, stage.hc_ffn, stage.ffn_norm,
+                                               sinkhorn_iters=cfg.hc_sinkhorn_iters, **hc_args)
+            out = moe_forward(normed, tokens, stage.moe, cfg, self.policy, self.kernels)
             streams = kernels.hc_post(out, streams, post, comb)
-        hidden = kernels.rms_norm(kernels.hc_head(streams, *self.hc_head_weights, **hc_args), self.final_norm,
-                                  cfg.rms_norm_eps)
+        hidden = hc_head_normed(kernels, streams, self.hc_head_weights, self.final_norm, **hc_args)
         return self.kernels.linear(hidden, self.head).view(num_seqs, k, -1)
 
     @torch.no_grad()
