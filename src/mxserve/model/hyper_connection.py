@@ -17,7 +17,6 @@ from mxserve.kernels.hyper_connection.reference import hc_head_ref as hc_head
 from mxserve.kernels.hyper_connection.reference import hc_post_ref as hc_post
 from mxserve.kernels.hyper_connection.reference import hc_pre_ref as hc_pre
 
-
 if TYPE_CHECKING:
     from mxserve.model.kernel_set import KernelSet
 

@@ -269,7 +269,7 @@ def hc_head_triton(
     streams: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, *, hc_eps: float, rms_eps: float
 ) -> torch.Tensor:
     """streams [T, hc, D] → the final collapse [T, D] in streams' dtype; see `hc_head_ref`."""
-    num_tokens, hc, dim = _check_streams(streams, "hc_head")
+    num_tokens, _, dim = _check_streams(streams, "hc_head")
     _check_head_weights(streams, fn, base, scale, "hc_head")
     streams, fn = streams.contiguous(), fn.contiguous()
     if num_tokens == 0:
