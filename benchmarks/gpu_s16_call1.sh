@@ -25,9 +25,11 @@ stamp "B: default model, branches A/B"
 (cd benchmarks && timeout -s INT 170 python3 branches_ab.py --what default --batches 1,64 --rounds 2 \
     --configs "one stream,branches,branches + hc side,hc fused,branches + hc fused" \
     --out "$R/ab_default.json" > "$R/ab_default.log" 2>&1; echo "exit $?"; grep -E "device ms" "$R/ab_default.log")
+if [ -z "${SKIP_FLASH:-}" ]; then  # SKIP_FLASH=1: A and B only (~6.5 min), when little device time is left
 stamp "C: Flash 2 layers + head, branches A/B"
 (cd benchmarks && timeout -s INT 150 python3 branches_ab.py --what flash --batches 1,8 --rounds 2 \
     --out "$R/ab_flash.json" > "$R/ab_flash.log" 2>&1; echo "exit $?"; grep -E "device ms" "$R/ab_flash.log")
 tail -n 3 "$R/ab_flash.log" | cut -c1-300
+fi
 stamp "call 1 done"
 gpu_s5_pack
