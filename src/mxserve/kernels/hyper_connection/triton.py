@@ -33,9 +33,10 @@ launch, which is then skipped (every program of a token reads the whole row agai
 while the row is short); and `hc_pre_norm_triton` / `hc_head_norm_triton` apply the block's RMS
 norm inside the finish launch when one program holds a whole row (D <= BLOCK_D), with the norm
 kernel's operations. hc_pre + norm: 4 launches → 2. Otherwise they are hc_pre / hc_head followed
-by `rms_norm_triton`, the same launches as without the switch. `MXSERVE_HC_SIDE_STREAM=1` (CUDA only, off until measured) launches the
-post/comb programs of `hc_pre` on a second stream, beside the block that follows, and
-`hc_post_triton` joins it first: in a decode step the Sinkhorn then leaves the critical path.
+by `rms_norm_triton`, the same launches as without the switch.
+`MXSERVE_HC_SIDE_STREAM=1` (CUDA only, off until measured) launches the post/comb programs of
+`hc_pre` on a second stream, beside the block that follows, and `hc_post_triton` joins it first:
+in a decode step the Sinkhorn then leaves the critical path.
 """
 
 from __future__ import annotations
