@@ -268,3 +268,20 @@ def test_norm_weight_is_checked():
         ht.hc_pre_norm_triton(streams, w, torch.ones(63), sinkhorn_iters=ITERS, **EPS)
     with pytest.raises(ValueError, match=r"hc_head_norm: norm_weight must be a float tensor \[64\]"):
         ht.hc_head_norm_triton(streams, *head, torch.ones(64, dtype=torch.int32), **EPS)
+
+
+def test_fused_norm_with_post_comb_in_a_launch_of_their_own():
+    """The side stream's split (PART 2, then PART 1 with the norm) gives the one fused launch's bits."""
+    streams, w, _, _ = _inputs(3, 4, 256, torch.bfloat16, seed=25)
+    norm = (torch.rand(256, generator=torch.Generator().manual_seed(26)) + 0.5, EPS["rms_eps"])
+    mixes = ht._mix_partials(streams, w.fn, EPS["rms_eps"])
+    kw = dict(hc_eps=EPS["hc_eps"], sinkhorn_iters=ITERS, with_post=True, norm=norm)
+    one = ht._finish(streams, mixes, w.base, w.scale, **kw)
+    split = ht._finish(streams, mixes, w.base, w.scale, split_launch=True, **kw)
+    want = hc_pre_norm_ref(streams, w, norm[0], sinkhorn_iters=ITERS, **EPS)
+    for name, a, b, r in zip(("normed block input", "post", "comb"), split, one, want, strict=True):
+        _assert_equal(a, b, f"split launch {name}")
+        _assert_equal(b, r, f"one launch {name}")
+    with pytest.raises(ValueError, match=r"the fused norm needs one D-block, got D=520 > 512"):
+        wide, ww, _, _ = _inputs(1, 4, D, torch.bfloat16)
+        ht._finish(wide, ht._mix_partials(wide, ww.fn, EPS["rms_eps"]), ww.base, ww.scale, **kw)
