@@ -13,39 +13,28 @@ The packaged default model (sliding, CSA and HCA layers, a shared expert) with e
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
 from mxserve import LLM
 from mxserve.kernels import side_streams
+from mxserve.kernels.chooser import ALL_TRITON
 from mxserve.model.decode_branches import BRANCHES_ENV
 from tests.engine.test_cuda_graphs import _greedy
-from tests.model.test_decode_glue_gpu import _caches, random_decode_step
+from tests.model.test_decode_glue_gpu import assert_same_step, step_with_switch_on_and_off
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
-ALL_TRITON = {"linear": "triton", "moe": "triton", "attention": "triton", "hc": "triton"}
 PROMPTS = [[0, *range(7, 7 + n)] for n in (3, 17, 40, 9, 66)]
 
 
 def test_gpu_branched_decode_step_is_bit_identical(monkeypatch):
     llm = LLM(device="cuda", max_model_len=512, progress=False, kernel_overrides=ALL_TRITON)
-    model = llm.engine.model
-    static, state, geometry = random_decode_step(model)
-    state_on, state_off = copy.deepcopy(state), copy.deepcopy(state)
 
-    monkeypatch.setenv(BRANCHES_ENV, "1")
-    on = model.decode_forward(static, state_on, geometry)
-    assert side_streams.pending() == [], "a fork of the step was never joined"
-    monkeypatch.setenv(BRANCHES_ENV, "0")
-    off = model.decode_forward(static, state_off, geometry)
-    torch.cuda.synchronize()
-    assert torch.isfinite(on[:3]).all()
-    assert torch.equal(on, off), f"logits differ, max |Δ| {(on - off).abs().max():.3e}"
-    for name, buf in _caches(state_on).items():
-        assert torch.equal(buf, _caches(state_off)[name]), f"{name} bytes differ"
+    def all_joined():
+        assert side_streams.pending() == [], "a fork of the step was never joined"
+
+    assert_same_step(*step_with_switch_on_and_off(llm.engine.model, monkeypatch, BRANCHES_ENV, after_on=all_joined))
 
 
 def _graphed(num_tokens: int, **options) -> tuple[list[list[int]], list[torch.Tensor]]:

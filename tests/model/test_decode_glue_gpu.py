@@ -51,6 +51,30 @@ def random_decode_step(model):
     return static, state, geometry
 
 
+def step_with_switch_on_and_off(model, monkeypatch, env: str, after_on=None):
+    """One `random_decode_step` run with the environment switch `env` at "1", then at "0", each on
+    its own copy of the cache state: (logits on, logits off, state on, state off). `after_on()` runs
+    between the two (a check of what the "on" step left behind)."""
+    static, state, geometry = random_decode_step(model)
+    state_on, state_off = copy.deepcopy(state), copy.deepcopy(state)
+    monkeypatch.setenv(env, "1")
+    on = model.decode_forward(static, state_on, geometry)
+    if after_on is not None:
+        after_on()
+    monkeypatch.setenv(env, "0")
+    off = model.decode_forward(static, state_off, geometry)
+    return on, off, state_on, state_off
+
+
+def assert_same_step(a: torch.Tensor, b: torch.Tensor, state_a, state_b) -> None:
+    """Two runs of one decode step: finite logits for the 3 real rows, equal logits, every cache byte equal."""
+    torch.cuda.synchronize()
+    assert torch.isfinite(a[:3]).all()
+    assert torch.equal(a, b), f"logits differ, max |Δ| {(a - b).abs().max():.3e}"
+    for name, buf in _caches(state_a).items():
+        assert torch.equal(buf, _caches(state_b)[name]), f"{name} bytes differ"
+
+
 def test_gpu_decode_step_fusions_are_bit_identical(monkeypatch):
     from mxserve import LLM
 
@@ -77,11 +101,7 @@ def test_gpu_decode_step_fusions_are_bit_identical(monkeypatch):
         plain = model.decode_forward(static, state_plain, geometry)
     finally:
         model.set_kernels(fused_kernels)
-    torch.cuda.synchronize()
-    assert torch.isfinite(fused[:3]).all()
-    assert torch.equal(fused, plain), f"logits differ, max |Δ| {(fused - plain).abs().max():.3e}"
-    for name, buf in _caches(state_fused).items():
-        assert torch.equal(buf, _caches(state_plain)[name]), f"{name} bytes differ"
+    assert_same_step(fused, plain, state_fused, state_plain)
 
 
 def test_gpu_step_maps_equal_the_twin():

@@ -13,36 +13,23 @@ and tests/model/test_decode_path.py."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
 from mxserve import LLM
+from mxserve.kernels.chooser import ALL_TRITON
 from tests.engine.test_cuda_graphs import _greedy
-from tests.model.test_decode_glue_gpu import _caches, random_decode_step
+from tests.model.test_decode_glue_gpu import assert_same_step, step_with_switch_on_and_off
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
-ALL_TRITON = {"linear": "triton", "moe": "triton", "attention": "triton", "hc": "triton"}
 FUSED_ENV = "MXSERVE_HC_FUSED"
 PROMPTS = [[0, *range(7, 7 + n)] for n in (3, 17, 40, 9, 66)]
 
 
 def test_gpu_fused_hc_decode_step_is_bit_identical(monkeypatch):
     llm = LLM(device="cuda", max_model_len=512, progress=False, kernel_overrides=ALL_TRITON)
-    model = llm.engine.model
-    static, state, geometry = random_decode_step(model)
-    state_on, state_off = copy.deepcopy(state), copy.deepcopy(state)
-    monkeypatch.setenv(FUSED_ENV, "1")
-    on = model.decode_forward(static, state_on, geometry)
-    monkeypatch.setenv(FUSED_ENV, "0")
-    off = model.decode_forward(static, state_off, geometry)
-    torch.cuda.synchronize()
-    assert torch.isfinite(on[:3]).all()
-    assert torch.equal(on, off), f"logits differ, max |Δ| {(on - off).abs().max():.3e}"
-    for name, buf in _caches(state_on).items():
-        assert torch.equal(buf, _caches(state_off)[name]), f"{name} bytes differ"
+    assert_same_step(*step_with_switch_on_and_off(llm.engine.model, monkeypatch, FUSED_ENV))
 
 
 def test_gpu_fused_hc_gives_the_same_tokens_in_graphs(monkeypatch):
