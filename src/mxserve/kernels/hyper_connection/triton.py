@@ -60,6 +60,7 @@ from mxserve.kernels.hyper_connection.side_stream import (
     side_stream_enabled,
     side_stream_fork,
 )
+from mxserve.kernels.rms_norm.triton import rms_norm_triton
 from mxserve.kernels.triton_switch import interpreting
 
 STREAM_DTYPES = (torch.float32, torch.bfloat16)
@@ -299,8 +300,6 @@ def hc_pre_norm_triton(
     """`hc_pre_triton` then `rms_norm_triton` of the block input with `norm_weight` (eps `rms_eps`):
     (normed block input [T, D], post, comb); see `hc_pre_norm_ref`. With MXSERVE_HC_FUSED=1 and a
     row that one finish program holds, the norm runs inside the finish launch."""
-    from mxserve.kernels.rms_norm.triton import rms_norm_triton
-
     num_tokens, _, dim = _check_streams(streams, "hc_pre_norm")
     _check_norm_weight(norm_weight, streams, "hc_pre_norm")
     if not (fused_launches() and norm_fits(dim)) or num_tokens == 0:
@@ -319,8 +318,6 @@ def hc_head_norm_triton(
 ) -> torch.Tensor:
     """`hc_head_triton` then `rms_norm_triton` with `norm_weight` (the final norm); see
     `hc_head_norm_ref`. Fused as `hc_pre_norm_triton` is."""
-    from mxserve.kernels.rms_norm.triton import rms_norm_triton
-
     num_tokens, _, dim = _check_streams(streams, "hc_head_norm")
     _check_norm_weight(norm_weight, streams, "hc_head_norm")
     if not (fused_launches() and norm_fits(dim)) or num_tokens == 0:
